@@ -1,0 +1,14 @@
+"""Projectors: independent processes that fold the journal.
+
+Each module holds one projector; REGISTRY names them for
+`contentsvc projector run NAME`.
+"""
+
+from __future__ import annotations
+
+
+def registry() -> dict:
+    from projectors.materializer import MaterializerProjector
+    from projectors.readmodel import ReadModelProjector
+
+    return {p.name: p for p in (MaterializerProjector(), ReadModelProjector())}

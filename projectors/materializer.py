@@ -1,0 +1,198 @@
+"""Materializer: accepted commands become Versions, and Receipts resolve.
+
+Input: ingest.accepted, withdrawal.accepted. Output (appended to the
+journal, with the checkpoint, in one transaction): record.accepted,
+record.availability_changed, record.withdrawn, receipt.resolved.
+
+Its decisions need a consistent view of every identity's current Version,
+so it keeps that state itself (materializer_identities), written in the
+same transaction: created when the normalized content is new, duplicate
+when it equals the current Version's, conflict after a withdrawal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from psycopg import AsyncConnection
+
+from contentsvc.domain.normalize import build_manifest, manifest_digest
+from contentsvc.ids import new_id
+from contentsvc.journal import events as ev
+from contentsvc.journal.events import JournalEvent, NewEvent
+from contentsvc.journal.store import append
+
+RECORD_WITHDRAWN_DIAGNOSTIC = {
+    "code": "record_withdrawn",
+    "message": "The Record was withdrawn; its identity accepts no new Versions.",
+    "retryable": False,
+}
+
+
+@dataclass
+class Identity:
+    record_id: str
+    current_version_id: str | None
+    current_digest: bytes | None
+    withdrawn: bool
+
+
+def _key(e: JournalEvent) -> tuple[str, str, str, str]:
+    s = e.payload["source"]
+    return (e.org_id, s["corpus_id"], s["namespace"], s["record_key"])
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+class MaterializerProjector:
+    name = "materializer"
+
+    async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
+        commands = [e for e in events if e.kind in (ev.INGEST_ACCEPTED, ev.WITHDRAWAL_ACCEPTED)]
+        if not commands:
+            return
+        identities = await self._load(conn, {_key(e) for e in commands})
+        touched: set[tuple] = set()
+        out: list[NewEvent] = []
+        for e in commands:
+            key = _key(e)
+            if e.kind == ev.INGEST_ACCEPTED:
+                out.extend(self._ingest(e, identities, key))
+            else:
+                out.extend(self._withdraw(e, identities, key))
+            touched.add(key)
+        await self._save(conn, {k: identities[k] for k in touched})
+        await append(conn, out)
+
+    def _ingest(self, e: JournalEvent, identities: dict, key: tuple) -> list[NewEvent]:
+        p = e.payload
+        state = identities.get(key)
+        receipt_id = p["receipt_id"]
+        common = dict(org_id=e.org_id, corpus_id=key[1], receipt_id=receipt_id)
+        if state is not None and state.withdrawn:
+            return [self._resolved(common, "conflict", state.record_id, None, [RECORD_WITHDRAWN_DIAGNOSTIC])]
+        manifest = build_manifest(p["content"], p.get("title"))
+        digest = manifest_digest(manifest)
+        if state is not None and state.current_digest == digest:
+            return [self._resolved(common, "duplicate", state.record_id, state.current_version_id, [])]
+        record_id = state.record_id if state else new_id("rec")
+        version_id = new_id("ver")
+        previous = state.current_version_id if state else None
+        identities[key] = Identity(record_id, version_id, digest, False)
+        out = [
+            NewEvent(
+                kind=ev.RECORD_ACCEPTED,
+                subject_type="record",
+                subject_id=record_id,
+                version_id=version_id,
+                payload={
+                    "record_id": record_id,
+                    "version_id": version_id,
+                    "receipt_id": receipt_id,
+                    "source": p["source"],
+                    "manifest": manifest,
+                    "provenance": p["provenance"],
+                    "extensions": p.get("extensions"),
+                    "relations": p.get("relations") or [],
+                    "accepted_at": p["accepted_at"],
+                    "created_at": _now(),
+                    "previous_version_id": previous,
+                },
+                **common,
+            ),
+            self._availability(common, record_id, version_id, "materialized", True),
+        ]
+        if previous is not None:
+            out.append(self._availability(common, record_id, previous, None, False))
+        out.append(self._resolved(common, "created", record_id, version_id, []))
+        return out
+
+    def _withdraw(self, e: JournalEvent, identities: dict, key: tuple) -> list[NewEvent]:
+        p = e.payload
+        state = identities.get(key)
+        common = dict(org_id=e.org_id, corpus_id=key[1], receipt_id=p["receipt_id"])
+        out: list[NewEvent] = []
+        if state is None:
+            state = Identity(new_id("rec"), None, None, False)
+        if not state.withdrawn:
+            state.withdrawn = True
+            out.append(
+                NewEvent(
+                    kind=ev.RECORD_WITHDRAWN,
+                    subject_type="record",
+                    subject_id=state.record_id,
+                    version_id=state.current_version_id,
+                    payload={
+                        "record_id": state.record_id,
+                        "source": p["source"],
+                        "current_version_id": state.current_version_id,
+                        "withdrawn_at": _now(),
+                    },
+                    **common,
+                )
+            )
+        identities[key] = state
+        out.append(self._resolved(common, "withdrawal_applied", state.record_id, None, []))
+        return out
+
+    @staticmethod
+    def _availability(common: dict, record_id: str, version_id: str, state: str | None, is_current: bool) -> NewEvent:
+        payload = {"record_id": record_id, "version_id": version_id, "is_current": is_current}
+        if state is not None:
+            payload.update(state=state, searchable=False)
+        return NewEvent(
+            kind=ev.RECORD_AVAILABILITY_CHANGED,
+            subject_type="record",
+            subject_id=record_id,
+            version_id=version_id,
+            payload=payload,
+            **common,
+        )
+
+    @staticmethod
+    def _resolved(common: dict, outcome: str, record_id: str, version_id: str | None, diagnostics: list) -> NewEvent:
+        return NewEvent(
+            kind=ev.RECEIPT_RESOLVED,
+            subject_type="receipt",
+            subject_id=common["receipt_id"],
+            version_id=version_id,
+            payload={
+                "receipt_id": common["receipt_id"],
+                "outcome": outcome,
+                "record_id": record_id,
+                "version_id": version_id,
+                "diagnostics": diagnostics,
+                "resolved_at": _now(),
+            },
+            **common,
+        )
+
+    @staticmethod
+    async def _load(conn: AsyncConnection, keys: set[tuple]) -> dict[tuple, Identity]:
+        if not keys:
+            return {}
+        orgs, corpora, namespaces, record_keys = (list(c) for c in zip(*keys))
+        cur = await conn.execute(
+            "SELECT m.org_id, m.corpus_id, m.namespace, m.record_key, m.record_id,"
+            "       m.current_version_id, m.current_digest, m.withdrawn"
+            " FROM materializer_identities m"
+            " JOIN unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS k(o, c, n, r)"
+            "   ON m.org_id = k.o AND m.corpus_id = k.c AND m.namespace = k.n AND m.record_key = k.r",
+            (orgs, corpora, namespaces, record_keys),
+        )
+        return {tuple(r[:4]): Identity(r[4], r[5], r[6], r[7]) for r in await cur.fetchall()}
+
+    @staticmethod
+    async def _save(conn: AsyncConnection, states: dict[tuple, Identity]) -> None:
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO materializer_identities (org_id, corpus_id, namespace, record_key, record_id,"
+                " current_version_id, current_digest, withdrawn) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (org_id, corpus_id, namespace, record_key) DO UPDATE SET"
+                " current_version_id = EXCLUDED.current_version_id,"
+                " current_digest = EXCLUDED.current_digest, withdrawn = EXCLUDED.withdrawn",
+                [(*k, s.record_id, s.current_version_id, s.current_digest, s.withdrawn) for k, s in states.items()],
+            )

@@ -1,0 +1,3 @@
+"""contentsvc: a content service on an append-only journal."""
+
+__version__ = "0.1.0"

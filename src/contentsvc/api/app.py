@@ -1,0 +1,149 @@
+"""The Litestar application: routes, the Error envelope, logging, lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+import psycopg
+from litestar import Litestar, Request, Response
+from litestar.exceptions import HTTPException
+from psycopg_pool import PoolTimeout
+
+from contentsvc.api import changes, corpora, health, openapi, receipts, records
+from contentsvc.api.http import Services
+from contentsvc.config import MAX_BATCH_BYTES, Settings
+from contentsvc.database import async_pool
+from contentsvc.domain.cursors import CursorCodec
+from contentsvc.errors import ApiError, storage_unavailable
+from contentsvc.ids import new_id
+from contentsvc.journal.store import NOTIFY_CHANNEL
+from contentsvc.logging import get_logger
+
+log = get_logger("contentsvc.api")
+
+_STATUS_CODES = {
+    400: "malformed_json",
+    401: "invalid_api_key",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+    429: "rate_limited",
+}
+
+
+def _error_response(error: ApiError) -> Response:
+    return Response(content=error.body(), status_code=error.status, media_type="application/json",
+                    headers=error.headers or None)
+
+
+def _api_error(_: Request, exc: ApiError) -> Response:
+    return _error_response(exc)
+
+
+def _http_error(_: Request, exc: HTTPException) -> Response:
+    status = exc.status_code
+    code = _STATUS_CODES.get(status, "internal_error" if status >= 500 else "invalid_input")
+    messages = {404: "No such route.", 405: "Method not allowed on this route.",
+                413: "The request body is too large.", 400: "The request is malformed."}
+    headers = {k: v for k, v in (exc.headers or {}).items() if k.lower() == "allow"}
+    return _error_response(ApiError(status, code, messages.get(status, "The request was refused."),
+                                    retryable=status >= 500, headers=headers))
+
+
+def _storage_error(_: Request, exc: Exception) -> Response:
+    log.warning("storage_unavailable", error=type(exc).__name__)
+    return _error_response(storage_unavailable())
+
+
+def _unexpected(request: Request, exc: Exception) -> Response:
+    log.error("unhandled_error", error=type(exc).__name__, route=request.scope.get("path"), exc_info=exc)
+    return _error_response(ApiError(500, "internal_error", "An internal error occurred.", retryable=True))
+
+
+def logging_middleware(app):
+    """One JSON log line per request: id, org, route, status, duration. Never a key or a body."""
+
+    async def middleware(scope, receive, send):
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        request_id = new_id("req")
+        started = time.perf_counter()
+        status = {"code": 500}
+
+        async def send_wrapper(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                message.setdefault("headers", []).append((b"x-request-id", request_id.encode()))
+            await send(message)
+
+        try:
+            await app(scope, receive, send_wrapper)
+        finally:
+            handler = scope.get("route_handler")
+            log.info(
+                "request",
+                request_id=request_id,
+                org=(scope.get("state") or {}).get("org_id"),
+                method=scope["method"],
+                route=getattr(handler, "paths", None) and sorted(handler.paths)[0] or scope["path"],
+                status=status["code"],
+                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+
+    return middleware
+
+
+async def _listen(url: str, journal_moved: asyncio.Condition) -> None:
+    """Wakes change streams on every journal commit; reconnects after outages."""
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                async for _ in conn.notifies():
+                    async with journal_moved:
+                        journal_moved.notify_all()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the database is away: streams fall back to polling
+            log.warning("journal_listen_lost", error=type(exc).__name__)
+            await asyncio.sleep(1.0)
+
+
+def create_app(settings: Settings, database_url: str) -> Litestar:
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        pool = async_pool(database_url)
+        await pool.open(wait=True, timeout=30)
+        async with pool.connection() as conn:
+            cur = await conn.execute("SELECT secret FROM service_secrets WHERE name = 'cursor_hmac'")
+            secret = bytes((await cur.fetchone())[0])
+        journal_moved = asyncio.Condition()
+        app.state.services = Services(settings, pool, CursorCodec(secret), journal_moved)
+        listener = asyncio.create_task(_listen(database_url, journal_moved))
+        try:
+            yield
+        finally:
+            listener.cancel()
+            await pool.close()
+
+    return Litestar(
+        route_handlers=[
+            *records.ROUTES, *receipts.ROUTES, *corpora.ROUTES, *changes.ROUTES, *health.ROUTES, *openapi.ROUTES,
+        ],
+        lifespan=[lifespan],
+        exception_handlers={
+            ApiError: _api_error,
+            HTTPException: _http_error,
+            psycopg.OperationalError: _storage_error,
+            PoolTimeout: _storage_error,
+            Exception: _unexpected,
+        },
+        middleware=[logging_middleware],
+        openapi_config=None,
+        request_max_body_size=MAX_BATCH_BYTES + 1,
+        debug=False,
+    )

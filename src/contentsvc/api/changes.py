@@ -1,0 +1,123 @@
+"""pollChanges and streamChanges (part 1 rules 18 and 19, decisions.md Change feed)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import AsyncIterator
+
+import msgspec
+from litestar import Request, Response, get
+from litestar.response import ServerSentEvent, ServerSentEventMessage
+
+from contentsvc.api.http import Services, authenticate, query_int, query_str, respond, services
+from contentsvc.auth.principal import Principal, load_principal
+from contentsvc.changefeed import ChangeCursors, head_position, read_page
+from contentsvc.config import CHANGE_PAGE_DEFAULT, CHANGE_PAGE_MAX
+from contentsvc.domain.models import ChangePage
+from contentsvc.errors import ApiError, not_found
+from contentsvc.readviews import existing_corpora
+
+STREAM_PAGE = 200
+
+
+def _cursors(svc: Services) -> ChangeCursors:
+    return ChangeCursors(svc.cursors, svc.settings.change_retention_seconds)
+
+
+async def _feed_request(request: Request) -> tuple[Principal, str]:
+    p = await authenticate(request, "changes:read")
+    corpus_id = query_str(request, "corpus_id", required=True)
+    p.require_corpus(corpus_id)
+    async with services(request).pool.connection() as conn:
+        if not await existing_corpora(conn, p.org_id, [corpus_id]):
+            raise not_found("corpus")
+    return p, corpus_id
+
+
+@get("/v0/changes", operation_id="pollChanges")
+async def poll_changes(request: Request) -> Response:
+    p, corpus_id = await _feed_request(request)
+    limit = query_int(request, "limit", CHANGE_PAGE_DEFAULT, 1, CHANGE_PAGE_MAX)
+    svc = services(request)
+    cursors = _cursors(svc)
+    token = query_str(request, "cursor")
+    async with svc.pool.connection() as conn:
+        if token is None:  # start now
+            head = await head_position(conn)
+            return respond(ChangePage(items=[], next_cursor=cursors.encode(p, corpus_id, head)))
+        after = cursors.decode(p, corpus_id, token)
+        events, next_position = await read_page(conn, p.org_id, corpus_id, after, limit)
+    return respond(ChangePage(items=[e for _, e in events], next_cursor=cursors.encode(p, corpus_id, next_position)))
+
+
+async def _still_authorized(svc: Services, request: Request) -> bool:
+    secret = request.headers.get("authorization", "").partition(" ")[2].strip()
+    async with svc.pool.connection() as conn:
+        return await load_principal(conn, secret) is not None
+
+
+async def _stream(
+    request: Request, svc: Services, p: Principal, corpus_id: str, position: int, start_now: bool
+) -> AsyncIterator[ServerSentEventMessage]:
+    cursors = _cursors(svc)
+    idle_every = svc.settings.idle_checkpoint_seconds
+    if start_now:
+        cursor = cursors.encode(p, corpus_id, position)
+        yield ServerSentEventMessage(event="checkpoint", id=cursor, data=msgspec.json.encode({"cursor": cursor}).decode())
+    # A resumed stream says where it stands at once when it has nothing to send.
+    last_sent = time.monotonic() if start_now else float("-inf")
+    while True:
+        if not await _still_authorized(svc, request):
+            err = ApiError(401, "invalid_api_key", "The API key was revoked.")
+            yield ServerSentEventMessage(event="stream_error", data=msgspec.json.encode(err.body()).decode())
+            return
+        async with svc.pool.connection() as conn:
+            events, next_position = await read_page(conn, p.org_id, corpus_id, position, STREAM_PAGE)
+        for event_position, event in events:
+            yield ServerSentEventMessage(
+                event="change",
+                id=cursors.encode(p, corpus_id, event_position),
+                data=msgspec.json.encode(event).decode(),
+            )
+        moved = next_position != position
+        position = next_position
+        if events:
+            last_sent = time.monotonic()
+        elif moved or time.monotonic() - last_sent >= idle_every:
+            # Scanned past invisible events, or idle: say where we are.
+            cursor = cursors.encode(p, corpus_id, position)
+            yield ServerSentEventMessage(event="checkpoint", id=cursor, data=msgspec.json.encode({"cursor": cursor}).decode())
+            last_sent = time.monotonic()
+        if len(events) == STREAM_PAGE:
+            continue
+        remaining = max(0.05, idle_every - (time.monotonic() - last_sent))
+        async with svc.journal_moved:
+            try:
+                await asyncio.wait_for(svc.journal_moved.wait(), timeout=min(remaining, 5.0))
+            except asyncio.TimeoutError:
+                pass
+
+
+@get("/v0/changes/stream", operation_id="streamChanges")
+async def stream_changes(request: Request) -> ServerSentEvent:
+    p, corpus_id = await _feed_request(request)
+    svc = services(request)
+    cursors = _cursors(svc)
+    # Last-Event-ID takes precedence over the query cursor (rule 19); errors before headers.
+    last_event_id = request.headers.get("last-event-id")
+    token = last_event_id or query_str(request, "cursor")
+    if token is None:
+        async with svc.pool.connection() as conn:
+            position = await head_position(conn)
+        start_now = True
+    else:
+        position = cursors.decode(p, corpus_id, token, field="/last-event-id" if last_event_id else "/cursor")
+        start_now = False
+    return ServerSentEvent(
+        _stream(request, svc, p, corpus_id, position, start_now),
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+ROUTES = [poll_changes, stream_changes]

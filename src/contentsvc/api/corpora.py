@@ -1,0 +1,67 @@
+"""Routes of the Corpus family: create, list, get (part 1 rules 13, 14)."""
+
+from __future__ import annotations
+
+from litestar import Request, Response, get, post
+
+from contentsvc import commands
+from contentsvc.api.http import authenticate, query_int, query_str, read_json, respond, services
+from contentsvc.config import MAX_INGEST_BYTES
+from contentsvc.domain.cursors import InvalidCursor
+from contentsvc.domain.models import CorpusPage, CorpusRequest
+from contentsvc.errors import ApiError, not_found
+from contentsvc.readviews import list_corpora, load_corpus
+
+CORPUS_CURSOR = "corpora"
+CORPUS_PAGE_MAX = 100
+
+
+@post("/v0/corpora", operation_id="createCorpus")
+async def create_corpus(request: Request) -> Response:
+    p = await authenticate(request, "corpora:write")
+    req = await read_json(request, CorpusRequest, MAX_INGEST_BYTES)
+    async with services(request).pool.connection() as conn:
+        corpus_id, replayed = await commands.create_corpus(conn, p, req)
+        corpus = await load_corpus(conn, p.org_id, corpus_id)
+    return respond(corpus, 200 if replayed else 201, {"Location": f"/v0/corpora/{corpus_id}"})
+
+
+@get("/v0/corpora", operation_id="listCorpora")
+async def list_corpora_route(request: Request) -> Response:
+    p = await authenticate(request, "corpora:read")
+    limit = query_int(request, "limit", CORPUS_PAGE_MAX, 1, CORPUS_PAGE_MAX)
+    svc = services(request)
+    binding = {"org": p.org_id, "action": "corpora:read", "scope": p.scope_digest()}
+    after = None
+    token = query_str(request, "page_cursor")
+    if token is not None:
+        try:
+            fields = svc.cursors.decode(token, CORPUS_CURSOR)
+        except InvalidCursor:
+            raise ApiError(422, "invalid_cursor", "page_cursor is not a Corpus page cursor.",
+                           field="/page_cursor") from None
+        if any(fields.get(k) != v for k, v in binding.items()):
+            raise ApiError(409, "cursor_scope_changed", "page_cursor was issued for another scope.",
+                           resync_url="/v0/corpora")
+        after = fields["after"]
+    async with svc.pool.connection() as conn:
+        items = await list_corpora(conn, p, after, limit)
+    page = CorpusPage(items=items)
+    if len(items) == limit:
+        page.next_page_cursor = svc.cursors.encode(CORPUS_CURSOR, after=items[-1].corpus_id, **binding)
+    return respond(page)
+
+
+@get("/v0/corpora/{corpus_id:str}", operation_id="getCorpus")
+async def get_corpus(request: Request, corpus_id: str) -> Response:
+    p = await authenticate(request, "corpora:read")
+    if not p.covers(corpus_id):
+        raise not_found("corpus")
+    async with services(request).pool.connection() as conn:
+        corpus = await load_corpus(conn, p.org_id, corpus_id)
+    if corpus is None:
+        raise not_found("corpus")
+    return respond(corpus)
+
+
+ROUTES = [create_corpus, list_corpora_route, get_corpus]

@@ -1,0 +1,101 @@
+"""Helpers every route uses: the caller's key, bodies, query values, answers."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import msgspec
+from litestar import Request, Response
+from psycopg_pool import AsyncConnectionPool
+
+from contentsvc.auth.principal import INVALID_KEY, Principal, bearer_secret, load_principal
+from contentsvc.config import Settings
+from contentsvc.domain.cursors import CursorCodec
+from contentsvc.domain.decoding import decode_body
+from contentsvc.errors import ApiError, invalid_input
+
+T = TypeVar("T")
+
+
+@dataclass
+class Services:
+    """What the routes share, on app.state.services."""
+
+    settings: Settings
+    pool: AsyncConnectionPool
+    cursors: CursorCodec
+    journal_moved: asyncio.Condition  # notified on every journal commit (LISTEN)
+
+
+def services(request: Request) -> Services:
+    return request.app.state.services
+
+
+async def authenticate(request: Request, *actions: str) -> Principal:
+    """The key's Principal, refusing 401 without a valid key and 403 without an action."""
+    secret = bearer_secret(request.headers.get("authorization"))
+    if secret is None:
+        raise INVALID_KEY
+    async with services(request).pool.connection() as conn:
+        principal = await load_principal(conn, secret)
+    if principal is None:
+        raise INVALID_KEY
+    request.scope.setdefault("state", {})["org_id"] = principal.org_id
+    principal.require(*actions)
+    return principal
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The raw body, refused with 413 request_too_large past `limit` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def too_large(limit: int) -> ApiError:
+    return ApiError(413, "request_too_large", f"The request body exceeds {limit} bytes.")
+
+
+async def read_json(request: Request, type_: type[T], limit: int) -> T:
+    return decode_body(await read_body(request, limit), type_)
+
+
+def query_int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise invalid_input(f"{name} must be an integer from {low} to {high}.", f"/{name}") from None
+    if not low <= value <= high:
+        raise invalid_input(f"{name} must be from {low} to {high}.", f"/{name}")
+    return value
+
+
+def query_str(request: Request, name: str, *, required: bool = False) -> str | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        if required:
+            raise invalid_input(f"The query parameter {name} is required.", f"/{name}")
+        return None
+    return raw
+
+
+def respond(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        content=msgspec.json.encode(body),
+        status_code=status,
+        media_type="application/json",
+        headers=headers,
+    )

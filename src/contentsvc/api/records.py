@@ -1,0 +1,181 @@
+"""Routes of the Record family: ingest, batch, withdraw, read, list (part 1 rules 1-6)."""
+
+from __future__ import annotations
+
+import msgspec
+from litestar import Request, Response, get, post
+
+from contentsvc import commands, idempotency
+from contentsvc.api.http import authenticate, query_int, query_str, read_body, read_json, respond, services
+from contentsvc.config import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_ENTRIES,
+    MAX_INGEST_BYTES,
+    RECORD_PAGE_DEFAULT,
+    RECORD_PAGE_MAX,
+)
+from contentsvc.domain.cursors import InvalidCursor
+from contentsvc.domain.decoding import convert, decode_body, malformed
+from contentsvc.domain.models import (
+    BatchItem,
+    BatchRequest,
+    BatchResult,
+    Error,
+    IngestCommand,
+    RecordPage,
+    SourceIdentityView,
+    WithdrawalCommand,
+)
+from contentsvc.errors import ApiError, not_found
+from contentsvc.readviews import existing_corpora, list_records, load_receipts, load_record, load_version, pending_receipt
+
+RECORD_CURSOR = "records"
+
+
+def receipt_location(receipt_id: str) -> dict[str, str]:
+    return {"Location": f"/v0/ingestion-receipts/{receipt_id}"}
+
+
+async def _receipts_for(request: Request, p, accepted: list, commands_: list) -> dict:
+    """Receipts to answer with: fresh ones are pending; replays are reread."""
+    replayed = [a.receipt_id for a in accepted if isinstance(a, commands.Accepted) and a.replayed]
+    current = {}
+    if replayed:
+        async with services(request).pool.connection() as conn:
+            current = await load_receipts(conn, p, replayed)
+    out = {}
+    for a, cmd in zip(accepted, commands_):
+        if isinstance(a, commands.Accepted):
+            out[a.receipt_id] = current.get(a.receipt_id) or pending_receipt(
+                a.receipt_id, SourceIdentityView(**msgspec.to_builtins(cmd.source))
+            )
+    return out
+
+
+async def _accept_one(request: Request, p, cmd, family: str) -> Response:
+    async with services(request).pool.connection() as conn:
+        [result] = await commands.accept_source_commands(conn, p, [cmd], family)
+    if isinstance(result, ApiError):
+        raise result
+    receipt = (await _receipts_for(request, p, [result], [cmd]))[result.receipt_id]
+    return respond(receipt, 202, receipt_location(result.receipt_id))
+
+
+@post("/v0/records", operation_id="ingestRecord", status_code=202)
+async def ingest_record(request: Request) -> Response:
+    p = await authenticate(request, "content:write")
+    cmd = await read_json(request, IngestCommand, MAX_INGEST_BYTES)
+    return await _accept_one(request, p, cmd, idempotency.INGEST)
+
+
+@post("/v0/records/withdrawals", operation_id="withdrawRecord", status_code=202)
+async def withdraw_record(request: Request) -> Response:
+    p = await authenticate(request, "content:write")
+    cmd = await read_json(request, WithdrawalCommand, MAX_INGEST_BYTES)
+    return await _accept_one(request, p, cmd, idempotency.WITHDRAWAL)
+
+
+def _entry(raw: msgspec.Raw, index: int) -> IngestCommand | ApiError:
+    """One batch entry, validated on its own (part 1 rule 2)."""
+    if len(raw) > MAX_INGEST_BYTES:
+        return ApiError(413, "entry_too_large", f"Entry {index} exceeds {MAX_INGEST_BYTES} bytes.",
+                        field=f"/entries/{index}")
+    try:
+        return decode_body(bytes(raw), IngestCommand)
+    except ApiError as exc:
+        if exc.code == "malformed_json":  # an entry that is not an object
+            return ApiError(422, "invalid_schema", "A batch entry must be an object.", field=f"/entries/{index}")
+        if exc.field is not None:
+            exc.field = f"/entries/{index}{exc.field}"
+        return exc
+
+
+def _error(exc: ApiError) -> Error:
+    return Error(code=exc.code, message=exc.message, retryable=exc.retryable, field=exc.field)
+
+
+@post("/v0/records/batch", operation_id="ingestBatch", status_code=200)
+async def ingest_batch(request: Request) -> Response:
+    p = await authenticate(request, "content:write")
+    raw = await read_body(request, MAX_BATCH_BYTES)
+    batch = decode_body(raw, BatchRequest)
+    if len(batch.entries) > MAX_BATCH_ENTRIES:
+        raise ApiError(413, "batch_too_large", f"A batch holds at most {MAX_BATCH_ENTRIES} entries.",
+                       field="/entries")
+    entries = [_entry(r, i) for i, r in enumerate(batch.entries)]
+    async with services(request).pool.connection() as conn:
+        results = await commands.accept_source_commands(conn, p, entries, idempotency.INGEST)
+    receipts = await _receipts_for(request, p, results, entries)
+    items = []
+    for i, result in enumerate(results):
+        if isinstance(result, ApiError):
+            if result.field is None or not result.field.startswith("/entries/"):
+                result.field = f"/entries/{i}{result.field or ''}"
+            items.append(BatchItem(index=i, status=result.status, error=_error(result)))
+        else:
+            items.append(BatchItem(index=i, status=202, receipt=receipts[result.receipt_id]))
+    return respond(BatchResult(items=items), 200)
+
+
+@get("/v0/records/{record_id:str}", operation_id="getRecord")
+async def get_record(request: Request, record_id: str) -> Response:
+    p = await authenticate(request, "content:read")
+    async with services(request).pool.connection() as conn:
+        record = await load_record(conn, p, record_id)
+    if record is None:
+        raise not_found("record")
+    return respond(record)
+
+
+@get("/v0/records/{record_id:str}/versions/{version_id:str}", operation_id="getVersion")
+async def get_version(request: Request, record_id: str, version_id: str) -> Response:
+    p = await authenticate(request, "content:read")
+    async with services(request).pool.connection() as conn:
+        version = await load_version(conn, p, record_id, version_id)
+    if version is None:
+        raise not_found("version")
+    return respond(version)
+
+
+@get("/v0/records", operation_id="listRecords")
+async def list_records_route(request: Request) -> Response:
+    p = await authenticate(request, "content:read")
+    corpus_id = query_str(request, "corpus_id", required=True)
+    limit = query_int(request, "limit", RECORD_PAGE_DEFAULT, 1, RECORD_PAGE_MAX)
+    p.require_corpus(corpus_id)
+    svc = services(request)
+    binding = {"org": p.org_id, "corpus": corpus_id, "scope": p.scope_digest()}
+    after = None
+    token = query_str(request, "page_cursor")
+    if token is not None:
+        try:
+            fields = svc.cursors.decode(token, RECORD_CURSOR)
+        except InvalidCursor:
+            raise ApiError(422, "invalid_cursor", "page_cursor is not a Record page cursor.",
+                           field="/page_cursor") from None
+        if any(fields.get(k) != v for k, v in binding.items()):
+            raise scope_changed(corpus_id, "page_cursor was issued for another filter or scope.")
+        after = fields["after"]
+    async with svc.pool.connection() as conn:
+        if after is None and not await _corpus_exists(conn, p.org_id, corpus_id):
+            raise not_found("corpus")
+        items = await list_records(conn, p, corpus_id, after, limit)
+    page = RecordPage(items=items)
+    if len(items) == limit:
+        page.next_page_cursor = svc.cursors.encode(RECORD_CURSOR, after=items[-1].record_id, **binding)
+    return respond(page)
+
+
+async def _corpus_exists(conn, org_id: str, corpus_id: str) -> bool:
+    return bool(await existing_corpora(conn, org_id, [corpus_id]))
+
+
+def resync_url(corpus_id: str) -> str:
+    return f"/v0/records?corpus_id={corpus_id}"
+
+
+def scope_changed(corpus_id: str, message: str) -> ApiError:
+    return ApiError(409, "cursor_scope_changed", message, resync_url=resync_url(corpus_id))
+
+
+ROUTES = [ingest_record, withdraw_record, ingest_batch, get_record, get_version, list_records_route]

@@ -1,0 +1,115 @@
+"""API keys: created by the operator, stored only as a SHA-256 of the secret.
+
+A key's secret is `csk_` + 32 random url-safe bytes: high entropy, so a
+plain SHA-256 is the right at-rest form (as for other bearer tokens); a slow
+password hash would add nothing but latency to every request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+import psycopg
+
+from contentsvc.ids import new_id
+
+ORGANIZATION_ACTIONS = (
+    "content:read",
+    "content:write",
+    "blobs:read",
+    "blobs:write",
+    "operations:read",
+    "operations:write",
+    "corpora:read",
+    "corpora:write",
+    "projections:rebuild",
+    "changes:read",
+    "search:query",
+    "monitoring:read",
+    "monitoring:write",
+    "observability:read",
+)
+OPERATOR_ACTIONS = ("plugins:admin",)
+
+SECRET_PREFIX = "csk_"
+
+
+def hash_secret(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+def new_secret() -> str:
+    return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class CreatedKey:
+    key_id: str
+    secret: str
+    org: str
+    actions: list[str]
+    corpora: list[str] | str
+
+
+def parse_actions(raw: str, operator: bool = False) -> list[str]:
+    allowed = ORGANIZATION_ACTIONS + (OPERATOR_ACTIONS if operator else ())
+    if raw.strip() == "*":
+        return list(allowed)
+    actions = [a.strip() for a in raw.split(",") if a.strip()]
+    unknown = [a for a in actions if a not in allowed]
+    if unknown:
+        raise ValueError(f"unknown or not permitted action(s): {', '.join(unknown)}")
+    if not actions:
+        raise ValueError("at least one action is required")
+    return sorted(set(actions))
+
+
+def parse_corpora(raw: str) -> list[str] | None:
+    """None means every Corpus of the Organization, present and future."""
+    if raw.strip() == "*":
+        return None
+    corpora = sorted({c.strip() for c in raw.split(",") if c.strip()})
+    if not corpora:
+        raise ValueError("at least one corpus id, or '*'")
+    return corpora
+
+
+def create_key(
+    conn: psycopg.Connection, org: str, actions: list[str], corpora: list[str] | None, name: str | None
+) -> CreatedKey:
+    key_id = new_id("key")
+    secret = new_secret()
+    conn.execute(
+        "INSERT INTO api_keys (key_id, org_id, name, actions, corpora, secret_hash)"
+        " VALUES (%s, %s, %s, %s, %s, %s)",
+        (key_id, org, name, actions, corpora, hash_secret(secret)),
+    )
+    return CreatedKey(key_id, secret, org, actions, "*" if corpora is None else corpora)
+
+
+def list_keys(conn: psycopg.Connection) -> list[dict]:
+    cur = conn.execute(
+        "SELECT key_id, org_id, name, actions, corpora, created_at, revoked_at"
+        " FROM api_keys ORDER BY created_at, key_id"
+    )
+    return [
+        {
+            "key_id": r[0],
+            "org": r[1],
+            "name": r[2],
+            "actions": r[3],
+            "corpora": "*" if r[4] is None else r[4],
+            "created_at": r[5].isoformat(),
+            "revoked_at": r[6].isoformat() if r[6] else None,
+        }
+        for r in cur.fetchall()
+    ]
+
+
+def revoke_key(conn: psycopg.Connection, key_id: str) -> bool:
+    cur = conn.execute(
+        "UPDATE api_keys SET revoked_at = now() WHERE key_id = %s AND revoked_at IS NULL", (key_id,)
+    )
+    return cur.rowcount == 1

@@ -1,0 +1,99 @@
+"""The change feed: the journal read through an authorization filter.
+
+A change cursor binds the Organization, the corpus_id filter and the key's
+scope digest, and carries the journal position it stands at plus the time
+it was issued (for retention). Public events are invalidations with ids
+only. `next_cursor` advances over scanned events even when none is visible:
+when a page is not full it moves to the journal head read in the same
+snapshot, which is safe because positions are assigned in commit order.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from psycopg import AsyncConnection
+
+from contentsvc.auth.principal import Principal
+from contentsvc.domain.cursors import CursorCodec, InvalidCursor
+from contentsvc.domain.models import ChangeEvent, ChangeSubject
+from contentsvc.errors import ApiError
+from contentsvc.readviews import iso
+
+CHANGE_CURSOR = "changes"
+
+
+def resync_url(corpus_id: str) -> str:
+    return f"/v0/records?corpus_id={corpus_id}"
+
+
+@dataclass(frozen=True)
+class FeedPosition:
+    corpus_id: str
+    position: int
+
+
+class ChangeCursors:
+    def __init__(self, codec: CursorCodec, retention_seconds: int) -> None:
+        self.codec = codec
+        self.retention_seconds = retention_seconds
+
+    @staticmethod
+    def _binding(p: Principal, corpus_id: str) -> dict:
+        return {"org": p.org_id, "corpus": corpus_id, "scope": p.scope_digest()}
+
+    def encode(self, p: Principal, corpus_id: str, position: int) -> str:
+        return self.codec.encode(CHANGE_CURSOR, pos=position, t=int(time.time()), **self._binding(p, corpus_id))
+
+    def decode(self, p: Principal, corpus_id: str, token: str, field: str = "/cursor") -> int:
+        """The position a cursor stands at; 422, 409 or 410 as the contract says."""
+        try:
+            fields = self.codec.decode(token, CHANGE_CURSOR)
+        except InvalidCursor:
+            raise ApiError(422, "invalid_cursor", "The cursor is not a change cursor.", field=field) from None
+        if any(fields.get(k) != v for k, v in self._binding(p, corpus_id).items()):
+            raise ApiError(409, "cursor_scope_changed", "The cursor was issued for another filter or scope.",
+                           resync_url=resync_url(corpus_id))
+        if time.time() - fields["t"] > self.retention_seconds:
+            raise ApiError(410, "cursor_expired", "The cursor is older than the change retention; resynchronize.",
+                           resync_url=resync_url(corpus_id))
+        return fields["pos"]
+
+
+def _change_event(row: tuple) -> ChangeEvent:
+    _, event_id, kind, corpus_id, subject_type, subject_id, version_id, receipt_id, committed_at = row
+    return ChangeEvent(
+        event_id=event_id,
+        kind=kind,
+        corpus_id=corpus_id,
+        subject=ChangeSubject(type=subject_type, id=subject_id),
+        committed_at=iso(committed_at),
+        version_id=version_id,
+        receipt_id=receipt_id,
+    )
+
+
+async def head_position(conn: AsyncConnection) -> int:
+    cur = await conn.execute("SELECT coalesce(max(position), 0) FROM journal")
+    return (await cur.fetchone())[0]
+
+
+async def read_page(
+    conn: AsyncConnection, org_id: str, corpus_id: str, after: int, limit: int
+) -> tuple[list[tuple[int, ChangeEvent]], int]:
+    """Visible events after a position, and the position the next read starts from."""
+    async with conn.transaction():
+        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        head = await head_position(conn)
+        cur = await conn.execute(
+            "SELECT position, event_id, kind, corpus_id, subject_type, subject_id, version_id, receipt_id,"
+            "       committed_at FROM journal"
+            " WHERE org_id = %s AND corpus_id = %s AND public AND position > %s AND position <= %s"
+            " ORDER BY position LIMIT %s",
+            (org_id, corpus_id, after, head, limit),
+        )
+        rows = await cur.fetchall()
+    events = [(row[0], _change_event(row)) for row in rows]
+    next_position = events[-1][0] if len(events) == limit else max(head, after)
+    return events, next_position

@@ -1,0 +1,193 @@
+"""The `contentsvc` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+
+from contentsvc.config import Settings
+from contentsvc.logging import configure, get_logger
+
+log = get_logger("contentsvc.cli")
+
+
+def _database_url(settings: Settings, migrate: bool = True) -> str:
+    from contentsvc.database import resolve_database_url
+    from contentsvc.migrate import migrate as run_migrations
+
+    url = resolve_database_url(settings)
+    if migrate:
+        run_migrations(url)
+    return url
+
+
+def cmd_migrate(args, settings: Settings) -> int:
+    from contentsvc.database import resolve_database_url
+    from contentsvc.migrate import migrate
+
+    applied = migrate(resolve_database_url(settings))
+    print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))
+    return 0
+
+
+def cmd_serve(args, settings: Settings) -> int:
+    import uvicorn
+
+    from contentsvc.api.app import create_app
+
+    url = _database_url(settings, migrate=not args.no_migrate)
+    host, port = args.host or settings.host, args.port or settings.port
+    log.info("api_listening", base_url=f"http://{host}:{port}/v0")
+    uvicorn.run(create_app(settings, url), host=host, port=port, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=2)
+    return 0
+
+
+def cmd_run(args, settings: Settings) -> int:
+    from contentsvc.supervisor import run_all
+
+    url = _database_url(settings)
+    return run_all(url, args.host or settings.host, args.port or settings.port)
+
+
+def cmd_projector(args, settings: Settings) -> int:
+    from projectors import registry
+
+    projectors = registry()
+    if args.action == "list":
+        for name in projectors:
+            print(name)
+        return 0
+    url = _database_url(settings)
+    if args.action == "status":
+        from contentsvc.projector_status import print_status
+
+        return print_status(url, list(projectors))
+    if args.name not in projectors:
+        print(f"unknown projector {args.name!r}; known: {', '.join(projectors)}", file=sys.stderr)
+        return 2
+    if args.action == "run":
+        from projectors.runner import run
+
+        try:
+            asyncio.run(run(url, projectors[args.name]))
+        except KeyboardInterrupt:
+            pass
+        return 0
+    if args.action == "replay":
+        from contentsvc.projector_status import replay
+
+        return replay(url, projectors[args.name])
+    return 2
+
+
+def cmd_keys(args, settings: Settings) -> int:
+    from contentsvc.auth import keys
+    from contentsvc.database import connect
+
+    url = _database_url(settings)
+    with connect(url, autocommit=True) as conn:
+        if args.action == "create":
+            try:
+                actions = keys.parse_actions(args.actions, operator=args.operator)
+                corpora = keys.parse_corpora(args.corpora)
+            except ValueError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            created = keys.create_key(conn, args.org, actions, corpora, args.name)
+            if args.json:
+                print(json.dumps({"key_id": created.key_id, "secret": created.secret, "org": created.org,
+                                  "actions": created.actions, "corpora": created.corpora}))
+            else:
+                print(f"key_id:  {created.key_id}\norg:     {created.org}\nactions: {', '.join(created.actions)}")
+                print(f"corpora: {created.corpora if isinstance(created.corpora, str) else ', '.join(created.corpora)}")
+                print(f"secret:  {created.secret}\n(the secret is shown once; only its hash is stored)")
+            return 0
+        if args.action == "list":
+            for k in keys.list_keys(conn):
+                print(json.dumps(k))
+            return 0
+        if args.action == "revoke":
+            if keys.revoke_key(conn, args.key_id):
+                print(f"revoked {args.key_id}")
+                return 0
+            print(f"no active key {args.key_id}", file=sys.stderr)
+            return 1
+    return 2
+
+
+def cmd_bench(args, settings: Settings) -> int:
+    from bench import main as bench_main
+
+    return bench_main(args.suite, args.rest)
+
+
+def cmd_mcp(args, settings: Settings) -> int:
+    print("The agent tool server is not available in this build yet.", file=sys.stderr)
+    return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="contentsvc", description="A content service on an append-only journal.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="API plus every projector, supervised (embedded PostgreSQL when no URL is set)")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("serve", help="the API only")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--no-migrate", action="store_true", help="skip applying migrations on start")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("migrate", help="apply the SQL migrations of schema/")
+    p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("projector", help="run, list, inspect or replay projectors")
+    psub = p.add_subparsers(dest="action", required=True)
+    r = psub.add_parser("run", help="run one projector until stopped")
+    r.add_argument("name")
+    psub.add_parser("list", help="the projectors there are")
+    psub.add_parser("status", help="each projector's position and lag")
+    r = psub.add_parser("replay", help="rebuild a projector's output from position 0")
+    r.add_argument("name")
+    p.set_defaults(func=cmd_projector)
+
+    p = sub.add_parser("keys", help="operator: API keys")
+    ksub = p.add_subparsers(dest="action", required=True)
+    c = ksub.add_parser("create", help="create a key and print its secret once")
+    c.add_argument("--org", required=True)
+    c.add_argument("--actions", required=True, help="comma-separated actions, or '*'")
+    c.add_argument("--corpora", required=True, help="comma-separated corpus ids, or '*'")
+    c.add_argument("--name")
+    c.add_argument("--operator", action="store_true", help="allow operator actions (plugins:admin)")
+    c.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    ksub.add_parser("list", help="list keys (never their secrets)")
+    c = ksub.add_parser("revoke", help="revoke a key; takes effect on the next request")
+    c.add_argument("key_id")
+    p.set_defaults(func=cmd_keys)
+
+    p = sub.add_parser("mcp", help="the agent tool server over stdio")
+    p.add_argument("--profile", choices=["read", "ingest"], default="read")
+    p.set_defaults(func=cmd_mcp)
+
+    p = sub.add_parser("bench", help="run a benchmark suite and write bench/results/SUITE.json")
+    p.add_argument("suite", choices=["ingest"])
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure(os.environ.get("CONTENTSVC_LOG_LEVEL", "info"))
+    return args.func(args, Settings.from_env()) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Opaque, tamper-evident cursors.
+
+A cursor is base64url(JSON payload || 16-byte HMAC-SHA256 tag). The payload
+names what kind of cursor it is and what it is bound to (Organization,
+filter, scope digest); routes compare those bindings with the request. The
+HMAC key lives in the database so that every process shares it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from typing import Any
+
+import msgspec
+
+TAG_BYTES = 16
+
+
+class InvalidCursor(Exception):
+    """Not a cursor this service issued (garbled, tampered, or another kind)."""
+
+
+class CursorCodec:
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    def _tag(self, payload: bytes) -> bytes:
+        return hmac.new(self._secret, payload, hashlib.sha256).digest()[:TAG_BYTES]
+
+    def encode(self, kind: str, **fields: Any) -> str:
+        payload = msgspec.json.encode({"k": kind, **fields}, order="sorted")
+        return base64.urlsafe_b64encode(payload + self._tag(payload)).rstrip(b"=").decode()
+
+    def decode(self, token: str, kind: str) -> dict[str, Any]:
+        try:
+            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        except (ValueError, TypeError):
+            raise InvalidCursor("not base64url") from None
+        if len(raw) <= TAG_BYTES:
+            raise InvalidCursor("too short")
+        payload, tag = raw[:-TAG_BYTES], raw[-TAG_BYTES:]
+        if not hmac.compare_digest(tag, self._tag(payload)):
+            raise InvalidCursor("bad tag")
+        fields = msgspec.json.decode(payload)
+        if not isinstance(fields, dict) or fields.get("k") != kind:
+            raise InvalidCursor("another kind of cursor")
+        return fields

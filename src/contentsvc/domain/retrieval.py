@@ -1,0 +1,67 @@
+"""Retrieval configuration: the default, validation, and the effective form.
+
+Explicit fields override default fields by logical name (part 1, Retrieval
+configuration). The canonical source view of a Version exposes
+`/manifest/title` (the text of the Part with role `title`) and
+`/manifest/text` (all text Parts) besides the manifest's own members.
+"""
+
+from __future__ import annotations
+
+from contentsvc.domain.models import RetrievalConfig
+from contentsvc.errors import ApiError
+
+INSTALLED_PROFILES = ("default", "example.editorial")
+DECLARED_EXTENSION_NAMESPACES = ("example",)
+
+DEFAULT_FIELDS = [
+    {"name": "title", "source_pointer": "/manifest/title", "type": "string", "roles": ["search"]},
+    {"name": "body", "source_pointer": "/manifest/text", "type": "string", "roles": ["search"]},
+]
+DEFAULT_RETRIEVAL = {"plugin_profile": "default", "fields": DEFAULT_FIELDS}
+
+
+def _pointer_root_ok(pointer: str) -> bool:
+    if pointer in ("/manifest", "/provenance") or pointer.startswith(("/manifest/", "/provenance/")):
+        return True
+    parts = pointer.split("/")
+    return len(parts) >= 3 and parts[1] == "extensions" and parts[2] in DECLARED_EXTENSION_NAMESPACES
+
+
+def effective_retrieval(config: RetrievalConfig | None, field_prefix: str = "/retrieval") -> dict:
+    """Validate a requested configuration and resolve it against the defaults."""
+    if config is None:
+        return DEFAULT_RETRIEVAL
+    if config.plugin_profile not in INSTALLED_PROFILES:
+        raise ApiError(
+            422,
+            "unsupported_profile",
+            f"Profile {config.plugin_profile!r} is not installed; installed: {', '.join(INSTALLED_PROFILES)}.",
+            field=f"{field_prefix}/plugin_profile",
+        )
+    seen: set[str] = set()
+    explicit: dict[str, dict] = {}
+    for i, f in enumerate(config.fields):
+        where = f"{field_prefix}/fields/{i}"
+        if f.name in seen:
+            raise ApiError(422, "invalid_mapping", f"Field {f.name!r} is mapped twice.", field=f"{where}/name")
+        seen.add(f.name)
+        if not _pointer_root_ok(f.source_pointer):
+            raise ApiError(
+                422,
+                "invalid_mapping",
+                "source_pointer must be rooted at /manifest, /provenance or /extensions/{declared namespace}.",
+                field=f"{where}/source_pointer",
+            )
+        if "search" in f.roles and f.type not in ("string", "string_array"):
+            raise ApiError(
+                422, "invalid_mapping", "A search field must be of type string or string_array.", field=f"{where}/type"
+            )
+        explicit[f.name] = {
+            "name": f.name,
+            "source_pointer": f.source_pointer,
+            "type": f.type,
+            "roles": sorted(set(f.roles), key=f.roles.index),
+        }
+    fields = [explicit.pop(d["name"], d) for d in DEFAULT_FIELDS] + list(explicit.values())
+    return {"plugin_profile": config.plugin_profile, "fields": fields}

@@ -1,0 +1,46 @@
+"""Applies the numbered SQL files of schema/ once each, in order.
+
+A session advisory lock makes concurrent starts (api and projectors
+starting together) safe: the second waiter finds the work done.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psycopg
+
+from contentsvc.logging import get_logger
+
+log = get_logger("contentsvc.migrate")
+
+MIGRATION_LOCK = 0x6D696772  # "migr"
+
+
+def schema_dir() -> Path:
+    override = os.environ.get("CONTENTSVC_SCHEMA_DIR")
+    return Path(override) if override else Path(__file__).resolve().parents[2] / "schema"
+
+
+def migrate(url: str) -> list[str]:
+    applied: list[str] = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+        try:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
+            for path in sorted(schema_dir().glob("*.sql")):
+                if path.name in done:
+                    continue
+                with conn.transaction():
+                    conn.execute(path.read_text())
+                    conn.execute("INSERT INTO schema_migrations (name) VALUES (%s)", (path.name,))
+                applied.append(path.name)
+                log.info("migration_applied", name=path.name)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+    return applied

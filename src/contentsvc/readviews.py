@@ -1,0 +1,238 @@
+"""Read views over the read tables, shaped as the contract's responses.
+
+Each loader takes the caller's Principal and returns only what that key may
+see: another Organization's rows and Corpora outside the scope read as absent.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+
+from contentsvc.auth.principal import Principal
+from contentsvc.domain.models import (
+    Availability,
+    Corpus,
+    Diagnostic,
+    ProcessingSummary,
+    Receipt,
+    Record,
+    RelationView,
+    RetrievalView,
+    SourceIdentityView,
+    Version,
+)
+
+QUEUED_FOR_MATERIALIZATION = ProcessingSummary(state="queued", phase="materialization")
+IDLE = ProcessingSummary(state="idle")
+
+
+def iso(ts: datetime | str) -> str:
+    return ts if isinstance(ts, str) else ts.isoformat().replace("+00:00", "Z")
+
+
+def _availability(state: str | None, searchable: bool | None, is_current: bool) -> Availability | None:
+    if state is None:
+        return None
+    return Availability(state=state, is_current=is_current, searchable=bool(searchable) and is_current)
+
+
+def _version_processing(state: str) -> ProcessingSummary:
+    # Issue-2 scope: the built-in text path ends at materialization.
+    return IDLE
+
+
+# ------------------------------------------------------------------ receipts
+
+_RECEIPT_SQL = """
+SELECT r.receipt_id, r.corpus_id, r.namespace, r.record_key, r.state, r.outcome, r.record_id,
+       r.version_id, r.diagnostics, v.availability_state, v.searchable,
+       (rec.current_version_id = r.version_id AND NOT rec.withdrawn) AS is_current
+FROM receipts r
+LEFT JOIN versions v ON v.version_id = r.version_id
+LEFT JOIN records rec ON rec.record_id = r.record_id
+WHERE r.receipt_id = ANY(%s) AND r.org_id = %s
+"""
+
+
+def pending_receipt(receipt_id: str, source: SourceIdentityView) -> Receipt:
+    return Receipt(
+        receipt_id=receipt_id,
+        state="pending",
+        diagnostics=[],
+        source=source,
+        processing=QUEUED_FOR_MATERIALIZATION,
+    )
+
+
+async def load_receipts(conn: AsyncConnection, p: Principal, receipt_ids: list[str]) -> dict[str, Receipt]:
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(_RECEIPT_SQL, (receipt_ids, p.org_id))
+    out: dict[str, Receipt] = {}
+    for r in await cur.fetchall():
+        # Linked availability and diagnostics only for a caller who may read them now.
+        may_read = p.may("content:read") and p.covers(r["corpus_id"])
+        resolved = r["state"] == "resolved"
+        out[r["receipt_id"]] = Receipt(
+            receipt_id=r["receipt_id"],
+            state=r["state"],
+            outcome=r["outcome"],
+            record_id=r["record_id"],
+            version_id=r["version_id"],
+            availability=_availability(r["availability_state"], r["searchable"], bool(r["is_current"]))
+            if may_read
+            else None,
+            diagnostics=[Diagnostic(**d) for d in r["diagnostics"]] if may_read else [],
+            source=SourceIdentityView(corpus_id=r["corpus_id"], namespace=r["namespace"], record_key=r["record_key"]),
+            processing=(_version_processing(r["availability_state"]) if resolved else QUEUED_FOR_MATERIALIZATION),
+        )
+    return out
+
+
+async def load_receipt(conn: AsyncConnection, p: Principal, receipt_id: str) -> Receipt | None:
+    """None when absent, another Organization's, or of a Corpus outside the scope."""
+    receipt = (await load_receipts(conn, p, [receipt_id])).get(receipt_id)
+    if receipt is None or not p.covers(receipt.source.corpus_id):
+        return None
+    return receipt
+
+
+# ------------------------------------------------------------------ records
+
+
+def record_view(r: dict) -> Record:
+    return Record(
+        record_id=r["record_id"],
+        source=SourceIdentityView(corpus_id=r["corpus_id"], namespace=r["namespace"], record_key=r["record_key"]),
+        current_version_id=r["current_version_id"],
+        withdrawn=r["withdrawn"],
+    )
+
+
+async def load_record(conn: AsyncConnection, p: Principal, record_id: str) -> Record | None:
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(
+        "SELECT record_id, corpus_id, namespace, record_key, current_version_id, withdrawn"
+        " FROM records WHERE record_id = %s AND org_id = %s",
+        (record_id, p.org_id),
+    )
+    row = await cur.fetchone()
+    if row is None or not p.covers(row["corpus_id"]):
+        return None
+    return record_view(row)
+
+
+async def list_records(conn: AsyncConnection, p: Principal, corpus_id: str, after: str | None, limit: int) -> list[Record]:
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(
+        "SELECT record_id, corpus_id, namespace, record_key, current_version_id, withdrawn"
+        " FROM records WHERE org_id = %s AND corpus_id = %s AND record_id > %s"
+        " ORDER BY record_id LIMIT %s",
+        (p.org_id, corpus_id, after or "", limit),
+    )
+    return [record_view(r) for r in await cur.fetchall()]
+
+
+async def _expand_relations(conn: AsyncConnection, p: Principal, relations: list[dict]) -> list[RelationView]:
+    """An unavailable link reveals neither a target id nor why (part 1 rule 4)."""
+    if not relations:
+        return []
+    targets = [r["target"] for r in relations]
+    cur = await conn.execute(
+        "SELECT t.i, rec.record_id, rec.current_version_id FROM unnest(%s::text[], %s::text[], %s::text[])"
+        " WITH ORDINALITY AS t(c, n, k, i)"
+        " JOIN records rec ON rec.org_id = %s AND rec.corpus_id = t.c AND rec.namespace = t.n"
+        "  AND rec.record_key = t.k AND NOT rec.withdrawn AND rec.current_version_id IS NOT NULL",
+        ([t["corpus_id"] for t in targets], [t["namespace"] for t in targets],
+         [t["record_key"] for t in targets], p.org_id),
+    )
+    found = {row[0] - 1: (row[1], row[2]) for row in await cur.fetchall()}
+    out = []
+    for i, rel in enumerate(relations):
+        t = rel["target"]
+        hit = found.get(i) if p.covers(t["corpus_id"]) else None
+        out.append(
+            RelationView(
+                relation=rel["relation"],
+                target_source=SourceIdentityView(**t),
+                available=hit is not None,
+                target_record_id=hit[0] if hit else None,
+                target_version_id=hit[1] if hit else None,
+            )
+        )
+    return out
+
+
+async def load_version(conn: AsyncConnection, p: Principal, record_id: str, version_id: str) -> Version | None:
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(
+        "SELECT v.*, rec.namespace, rec.record_key,"
+        "       (rec.current_version_id = v.version_id AND NOT rec.withdrawn) AS is_current"
+        " FROM versions v JOIN records rec ON rec.record_id = v.record_id"
+        " WHERE v.version_id = %s AND v.record_id = %s AND v.org_id = %s",
+        (version_id, record_id, p.org_id),
+    )
+    v = await cur.fetchone()
+    if v is None or not p.covers(v["corpus_id"]):
+        return None
+    return Version(
+        version_id=v["version_id"],
+        record_id=v["record_id"],
+        source=SourceIdentityView(corpus_id=v["corpus_id"], namespace=v["namespace"], record_key=v["record_key"]),
+        availability=_availability(v["availability_state"], v["searchable"], bool(v["is_current"])),
+        manifest=v["manifest"],
+        processing=_version_processing(v["availability_state"]),
+        relations=await _expand_relations(conn, p, v["relations"]),
+        provenance=v["provenance"],
+        extensions=v["extensions"],
+        language=v["language"],
+        diagnostics=[Diagnostic(**d) for d in v["diagnostics"]],
+        created_at=iso(v["created_at"]),
+        accepted_at=iso(v["accepted_at"]),
+    )
+
+
+# ------------------------------------------------------------------ corpora
+
+
+def corpus_view(r: dict) -> Corpus:
+    return Corpus(
+        corpus_id=r["corpus_id"],
+        name=r["name"],
+        created_at=iso(r["created_at"]),
+        retrieval=RetrievalView(**r["retrieval"]),
+        projection_generation_id=r["projection_generation_id"],
+        vector_spaces=r["vector_spaces"],
+    )
+
+
+_CORPUS_COLUMNS = "corpus_id, name, created_at, retrieval, projection_generation_id, vector_spaces"
+
+
+async def load_corpus(conn: AsyncConnection, org_id: str, corpus_id: str) -> Corpus | None:
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(
+        f"SELECT {_CORPUS_COLUMNS} FROM corpora WHERE org_id = %s AND corpus_id = %s", (org_id, corpus_id)
+    )
+    row = await cur.fetchone()
+    return corpus_view(row) if row else None
+
+
+async def existing_corpora(conn: AsyncConnection, org_id: str, corpus_ids: list[str]) -> set[str]:
+    cur = await conn.execute(
+        "SELECT corpus_id FROM corpora WHERE org_id = %s AND corpus_id = ANY(%s)", (org_id, corpus_ids)
+    )
+    return {r[0] for r in await cur.fetchall()}
+
+
+async def list_corpora(conn: AsyncConnection, p: Principal, after: str | None, limit: int) -> list[Corpus]:
+    cur = conn.cursor(row_factory=dict_row)
+    scope = None if p.corpora is None else sorted(p.corpora)
+    await cur.execute(
+        f"SELECT {_CORPUS_COLUMNS} FROM corpora WHERE org_id = %s AND corpus_id > %s"
+        " AND (%s::text[] IS NULL OR corpus_id = ANY(%s::text[])) ORDER BY corpus_id LIMIT %s",
+        (p.org_id, after or "", scope, scope, limit),
+    )
+    return [corpus_view(r) for r in await cur.fetchall()]

@@ -1,0 +1,204 @@
+"""Shared fixtures: a real PostgreSQL, fresh databases, a real server process.
+
+The server is CONTENTSVC_TEST_DATABASE_URL when set (an admin URL: tests
+create and drop their own databases on it), else an embedded PostgreSQL
+started for the session under a temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from contentsvc.auth import keys
+from contentsvc.migrate import migrate
+
+
+@pytest.fixture(scope="session")
+def admin_url():
+    url = os.environ.get("CONTENTSVC_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    from contentsvc.database import start_embedded
+
+    with tempfile.TemporaryDirectory(prefix="contentsvc-pg-") as home:
+        yield start_embedded(Path(home))
+
+
+class Databases:
+    """Creates fresh, migrated databases on the test server and drops them afterwards."""
+
+    def __init__(self, admin_url: str) -> None:
+        self.admin_url = admin_url
+        self.created: list[str] = []
+
+    def create(self) -> str:
+        name = f"cstest_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        self.created.append(name)
+        params = conninfo_to_dict(self.admin_url)
+        params["dbname"] = name
+        url = make_conninfo(**params)
+        migrate(url)
+        return url
+
+    def drop_all(self) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            for name in self.created:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def databases(admin_url):
+    dbs = Databases(admin_url)
+    yield dbs
+    dbs.drop_all()
+
+
+@pytest.fixture(scope="session")
+def database_url(databases) -> str:
+    """One migrated database shared by the session's tests (they use their own corpora and orgs)."""
+    return databases.create()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """`contentsvc run` as a user starts it, on its own port and database."""
+
+    def __init__(self, database_url: str, log_dir: Path, extra_env: dict[str, str] | None = None) -> None:
+        self.database_url = database_url
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_dir / f"server-{self.port}.log"
+        env = dict(os.environ, CONTENTSVC_DATABASE_URL=database_url, **(extra_env or {}))
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "contentsvc.cli", "run", "--port", str(self.port)],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log_path.read_text()[-4000:]}")
+            try:
+                if httpx.get(f"{self.base_url}/v0/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"server not ready: {self.log_path.read_text()[-4000:]}")
+
+    def stop(self) -> None:
+        import signal
+
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+        self._log.close()
+
+
+@pytest.fixture(scope="session")
+def server(database_url, tmp_path_factory):
+    proc = ServerProcess(database_url, tmp_path_factory.mktemp("server"))
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def make_key(database_url):
+    """Creates an API key the way `contentsvc keys create` does; returns the secret."""
+
+    def make(org: str, actions: str = "*", corpora: str = "*") -> str:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            created = keys.create_key(conn, org, keys.parse_actions(actions), keys.parse_corpora(corpora), None)
+        return created.secret
+
+    return make
+
+
+@pytest.fixture
+def org() -> str:
+    return f"org-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def api(server, make_key, org):
+    """An HTTP client for a fresh Organization with an all-actions, all-corpora key."""
+    with httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {make_key(org)}"},
+                      timeout=30) as client:
+        yield client
+
+
+def client_for(server, secret: str) -> httpx.Client:
+    return httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {secret}"}, timeout=30)
+
+
+def create_corpus(client: httpx.Client, corpus_id: str | None = None, name: str = "Test corpus") -> str:
+    body = {"idempotency_key": uuid.uuid4().hex, "name": name}
+    if corpus_id:
+        body["corpus_id"] = corpus_id
+    r = client.post("/v0/corpora", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()["corpus_id"]
+
+
+def text_command(corpus_id: str, record_key: str, text: str, key: str | None = None, **extra) -> dict:
+    return {
+        "idempotency_key": key or uuid.uuid4().hex,
+        "source": {"corpus_id": corpus_id, "namespace": "test", "record_key": record_key},
+        "content": {"kind": "text", "text": text},
+        **extra,
+    }
+
+
+def wait_resolved(client: httpx.Client, receipt_id: str, timeout: float = 30.0) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r = client.get(f"/v0/ingestion-receipts/{receipt_id}")
+        assert r.status_code == 200, r.text
+        if r.json()["state"] == "resolved":
+            return r.json()
+        time.sleep(0.05)
+    raise AssertionError(f"receipt {receipt_id} did not resolve")
+
+
+def assert_error(response: httpx.Response, status: int, code: str) -> dict:
+    """The Error envelope of part 1, exactly: no other member, no stack trace."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert body["code"] == code, body
+    assert set(body) <= {"code", "message", "retryable", "field", "resync_url"}
+    assert isinstance(body["message"], str) and body["message"]
+    assert isinstance(body["retryable"], bool)
+    assert "Traceback" not in response.text
+    return body
+
+
+def json_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]

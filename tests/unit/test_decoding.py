@@ -1,0 +1,49 @@
+"""Request decoding: 400 malformed_json vs 422 invalid_schema with a JSON Pointer (decisions.md Errors)."""
+
+import pytest
+from hypothesis import given, strategies as st
+
+from contentsvc.domain.decoding import decode_body, msgspec_path_to_pointer
+from contentsvc.domain.models import IngestCommand
+from contentsvc.errors import ApiError
+
+GOOD = b'{"idempotency_key":"k","source":{"corpus_id":"c","namespace":"n","record_key":"r"},"content":{"kind":"text","text":"x"}}'
+
+
+def error_of(raw: bytes) -> ApiError:
+    with pytest.raises(ApiError) as info:
+        decode_body(raw, IngestCommand)
+    return info.value
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"[1]", b"42", b'"s"', b"null", b"\xff\xfe"])
+def test_not_a_json_object_is_400(raw):
+    err = error_of(raw)
+    assert (err.status, err.code) == (400, "malformed_json")
+
+
+@pytest.mark.parametrize(
+    ("raw", "pointer"),
+    [
+        (GOOD.replace(b'"corpus_id":"c"', b'"corpus_id":1'), "/source/corpus_id"),
+        (GOOD.replace(b',"text":"x"', b""), "/content/text"),
+        (GOOD[:-1] + b',"extra":1}', "/extra"),
+        (GOOD.replace(b'"text":"x"', b'"text":""'), "/content/text"),
+        (GOOD.replace(b'"kind":"text"', b'"kind":"nope"'), "/content/kind"),
+    ],
+)
+def test_wrong_member_is_422_with_pointer(raw, pointer):
+    err = error_of(raw)
+    assert (err.status, err.code, err.field) == (422, "invalid_schema", pointer)
+
+
+@given(st.lists(st.one_of(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True), st.integers(0, 999)),
+                max_size=6))
+def test_paths_become_rfc6901_pointers(tokens):
+    path = "$" + "".join(f"[{t}]" if isinstance(t, int) else f".{t}" for t in tokens)
+    pointer, exact = msgspec_path_to_pointer(path)
+    assert exact and pointer == "".join(f"/{t}" for t in tokens)
+
+
+def test_map_keys_stop_the_pointer_at_the_map():
+    assert msgspec_path_to_pointer("$.extensions[...].data") == ("/extensions", False)

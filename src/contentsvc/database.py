@@ -7,6 +7,7 @@ CONTENTSVC_HOME: same code path, same SQL.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from pathlib import Path
 
@@ -24,6 +25,7 @@ _embedded_handles: list = []
 def start_embedded(home: Path) -> str:
     """Start (or join) the embedded PostgreSQL under home/pgdata; returns its URL."""
     warnings.filterwarnings("ignore", module="platformdirs")
+    logging.getLogger("pgserver").setLevel(logging.WARNING)  # its INFO lines are initdb chatter
     import pgserver  # imported lazily: only the embedded path needs it
 
     home.mkdir(parents=True, exist_ok=True)

@@ -45,9 +45,10 @@ async def list_corpora_route(request: Request) -> Response:
                            resync_url="/v0/corpora")
         after = fields["after"]
     async with svc.pool.connection() as conn:
-        items = await list_corpora(conn, p, after, limit)
+        items = await list_corpora(conn, p, after, limit + 1)  # one more: do more remain?
+    more, items = len(items) > limit, items[:limit]
     page = CorpusPage(items=items)
-    if len(items) == limit:
+    if more:  # Conventions: next_page_cursor only when more remain
         page.next_page_cursor = svc.cursors.encode(CORPUS_CURSOR, after=items[-1].corpus_id, **binding)
     return respond(page)
 

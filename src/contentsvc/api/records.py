@@ -159,9 +159,10 @@ async def list_records_route(request: Request) -> Response:
     async with svc.pool.connection() as conn:
         if after is None and not await _corpus_exists(conn, p.org_id, corpus_id):
             raise not_found("corpus")
-        items = await list_records(conn, p, corpus_id, after, limit)
+        items = await list_records(conn, p, corpus_id, after, limit + 1)  # one more: do more remain?
+    more, items = len(items) > limit, items[:limit]
     page = RecordPage(items=items)
-    if len(items) == limit:
+    if more:  # Conventions: next_page_cursor only when more remain
         page.next_page_cursor = svc.cursors.encode(RECORD_CURSOR, after=items[-1].record_id, **binding)
     return respond(page)
 

@@ -72,6 +72,12 @@ def decode_body(raw: bytes, type_: type[T], *, prefix: str = "") -> T:
     try:
         return msgspec.json.decode(raw, type=type_)
     except msgspec.ValidationError as exc:
+        # msgspec validates while it parses: a schema fault seen before a syntax
+        # error further on must not hide that the body is not JSON (400 first).
+        try:
+            msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            raise malformed("The body is not valid JSON.") from None
         message, pointer = pointer_of(exc)
         raise invalid_schema(message, prefix + pointer) from None
     except msgspec.DecodeError:

@@ -1,0 +1,12 @@
+# One image for every process: the API and each projector run the same code.
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY src ./src
+COPY projectors ./projectors
+COPY bench ./bench
+COPY schema ./schema
+RUN pip install --no-cache-dir -e .
+ENV CONTENTSVC_HOST=0.0.0.0 CONTENTSVC_PORT=8080
+EXPOSE 8080
+CMD ["contentsvc", "serve"]

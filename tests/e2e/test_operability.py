@@ -1,0 +1,104 @@
+"""What an operator sees: CLI keys, projector status, OpenAPI, logs, outages."""
+
+import json
+import os
+import subprocess
+import sys
+
+import httpx
+import psycopg
+
+from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, json_lines, text_command
+
+
+def cli(database_url: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "contentsvc.cli", *args], capture_output=True, text=True,
+                          env=dict(os.environ, CONTENTSVC_DATABASE_URL=database_url), timeout=60)
+
+
+def test_keys_cli_create_json_list_and_revoke(server, database_url):
+    # decisions.md Operator: keys create --json prints one object on stdout and nothing else
+    out = cli(database_url, "keys", "create", "--org", "cli-org", "--actions", "corpora:read,corpora:write",
+              "--corpora", "*", "--json")
+    assert out.returncode == 0, out.stderr
+    created = json.loads(out.stdout)
+    assert set(created) == {"key_id", "secret", "org", "actions", "corpora"}
+    assert created["secret"].startswith("csk_") and created["corpora"] == "*"
+    with client_for(server, created["secret"]) as client:
+        assert client.get("/v0/corpora").status_code == 200
+        listed = cli(database_url, "keys", "list")
+        assert created["key_id"] in listed.stdout and created["secret"] not in listed.stdout
+        with psycopg.connect(database_url) as conn:  # only a hash is stored at rest
+            stored = conn.execute("SELECT secret_hash FROM api_keys WHERE key_id = %s", (created["key_id"],)).fetchone()
+            assert created["secret"].encode() not in bytes(stored[0])
+        assert cli(database_url, "keys", "revoke", created["key_id"]).returncode == 0
+        assert_error(client.get("/v0/corpora"), 401, "invalid_api_key")  # next request
+
+
+def test_keys_cli_refuses_unknown_actions(database_url):
+    out = cli(database_url, "keys", "create", "--org", "x", "--actions", "content:read,plugins:admin",
+              "--corpora", "*")
+    assert out.returncode != 0 and "plugins:admin" in out.stderr
+
+
+def test_projector_status_shows_position_and_lag(server, database_url, api):
+    corpus = create_corpus(api)
+    api.post("/v0/records", json=text_command(corpus, "k", "status"))
+    out = cli(database_url, "projector", "status")
+    assert out.returncode == 0, out.stderr
+    assert "materializer" in out.stdout and "readmodel" in out.stdout and "journal head" in out.stdout
+
+
+def test_openapi_names_the_contract_operations(server):
+    doc = httpx.get(f"{server.base_url}/schema/openapi.json").json()
+    operations = {op["operationId"] for path in doc["paths"].values() for op in path.values()}
+    assert {"ingestRecord", "ingestBatch", "withdrawRecord", "getRecord", "getVersion", "listRecords", "getReceipt",
+            "createCorpus", "listCorpora", "getCorpus", "pollChanges", "streamChanges"} <= operations
+    schemas = doc["components"]["schemas"]
+    assert {"IngestCommand", "Receipt", "Error", "ChangeEvent"} <= set(schemas)
+    assert schemas["Error"]["required"] == ["code", "message", "retryable"]
+
+
+def test_one_log_line_per_request_without_secrets(server, make_key, org):
+    secret = make_key(org)
+    with client_for(server, secret) as client:
+        corpus = create_corpus(client)
+        body = text_command(corpus, "log", "a body that must never be logged")
+        r = client.post("/v0/records", json=body)
+        request_id = r.headers["x-request-id"]
+    log_text = server.log_path.read_text()
+    assert secret not in log_text and "must never be logged" not in log_text
+    lines = [line for line in json_lines(server.log_path) if line.get("request_id") == request_id]
+    assert len(lines) == 1
+    line = lines[0]
+    assert line["org"] == org and line["route"] == "/v0/records" and line["status"] == 202
+    assert isinstance(line["duration_ms"], float)
+
+
+def test_database_outage_is_503_never_an_empty_answer(databases, tmp_path, admin_url):
+    # part1 "A dependency outage is always an error, never an empty success"
+    url = databases.create()
+    with psycopg.connect(url, autocommit=True) as conn:
+        from contentsvc.auth import keys
+
+        secret = keys.create_key(conn, "outage", keys.parse_actions("*"), None, None).secret
+    proc = ServerProcess(url, tmp_path)
+    try:
+        with client_for(proc, secret) as client:
+            corpus = create_corpus(client)
+            dbname = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+            with psycopg.connect(admin_url, autocommit=True) as admin:
+                admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS false')
+                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (dbname,))
+            try:
+                for path in (f"/v0/changes?corpus_id={corpus}", f"/v0/records?corpus_id={corpus}", "/v0/corpora"):
+                    assert_error(client.get(path), 503, "storage_unavailable")
+                assert_error(client.get("/v0/health"), 503, "storage_unavailable")
+            finally:
+                with psycopg.connect(admin_url, autocommit=True) as admin:
+                    admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
+            # and it recovers on its own
+            proc.wait_ready()
+            assert client.get(f"/v0/records?corpus_id={corpus}").status_code == 200
+    finally:
+        proc.stop()

@@ -585,3 +585,34 @@ def test_list_records_keyset_paging(server, make_key, org, api):
     # A Corpus that does not exist in the Organization.
     assert_error(api.get("/v0/records", params={"corpus_id": "no-such-corpus"}), 404, "not_found")
 
+
+
+def test_concurrent_retries_share_one_receipt(server, make_key, org, api):
+    from concurrent.futures import ThreadPoolExecutor
+
+    corpus = create_corpus(api, _cid())
+    secret = make_key(org)
+    cmd = text_command(corpus, "doc", "raced text")
+    batch_cmd = text_command(corpus, "doc-b", "raced in batches")
+
+    def send(i):
+        with client_for(server, secret) as c:
+            if i % 2:
+                return "batch", c.post("/v0/records/batch", json={"entries": [batch_cmd]})
+            return "single", c.post("/v0/records", json=cmd)
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(send, range(16)))
+    # Conventions + part1 rule 1: the same request under one key, however often and concurrently, is one Receipt.
+    singles = [r for kind, r in results if kind == "single"]
+    batches = [r for kind, r in results if kind == "batch"]
+    assert all(r.status_code == 202 for r in singles), [r.text for r in singles]
+    assert len({r.json()["receipt_id"] for r in singles}) == 1
+    assert all(r.status_code == 200 for r in batches), [r.text for r in batches]
+    assert {r.json()["items"][0]["status"] for r in batches} == {202}
+    assert len({r.json()["items"][0]["receipt"]["receipt_id"] for r in batches}) == 1
+    first = wait_resolved(api, singles[0].json()["receipt_id"])
+    second = wait_resolved(api, batches[0].json()["items"][0]["receipt"]["receipt_id"])
+    assert first["outcome"] == second["outcome"] == "created"
+    listed = api.get("/v0/records", params={"corpus_id": corpus}).json()["items"]
+    assert len(listed) == 2

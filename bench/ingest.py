@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import platform
 import resource
@@ -46,7 +47,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -68,7 +69,7 @@ BATCH_CONCURRENCY = 4
 RAW_CONCURRENCY = 4
 RAW_BATCH = 100
 PHASE_CAP_S = 60.0  # no HTTP phase runs longer than this, whatever the counts
-DRAIN_CAP_S = 90.0  # how long to wait for the projectors to resolve a phase's Receipts
+DRAIN_CAP_S = 45.0  # how long to wait for the projectors to resolve a phase's Receipts
 RAW_ORG = "bench-raw"
 RAW_KIND = "bench.raw"
 
@@ -344,30 +345,61 @@ async def create_corpus(client: httpx.AsyncClient, corpus_id: str) -> str:
     return r.json()["corpus_id"]
 
 
-async def wait_resolved(client: httpx.AsyncClient, receipt_ids: list[str], cap_s: float) -> dict[str, Any]:
-    """Polls the given Receipts (every 50 ms, one at a time) until resolved or cap_s passes."""
+async def wait_resolved(client: httpx.AsyncClient, receipt_ids: list[str], cap_s: float,
+                        database_url: str | None = None) -> dict[str, Any]:
+    """Polls the given Receipts (every 50 ms, one at a time) until resolved or cap_s passes.
+
+    Receipts still pending at the cap are counted exactly and, when the
+    database is known, explained: their journal events, the receipts rows
+    and the projectors' checkpoints against the journal head."""
     t0 = time.perf_counter()
     deadline = t0 + cap_s
     left = list(receipt_ids)
     errors = Errors()
-    while left and time.perf_counter() < deadline:
-        rid = left[0]
+
+    async def state_of(rid: str) -> str | None:
         try:
             r = await client.get(f"/v0/ingestion-receipts/{rid}")
         except httpx.HTTPError as exc:
             errors.add(type(exc).__name__, str(exc))
-            await asyncio.sleep(0.05)
-            continue
+            return None
         if r.status_code != 200:
             errors.add(f"http_{r.status_code}", r.text)
-            await asyncio.sleep(0.05)
-            continue
-        if r.json().get("state") == "resolved":
+            return None
+        return r.json().get("state")
+
+    while left and time.perf_counter() < deadline:
+        if await state_of(left[0]) == "resolved":
             left.pop(0)
         else:
             await asyncio.sleep(0.05)
-    return {"checked": len(receipt_ids), "unresolved": len(left), "seconds": round(time.perf_counter() - t0, 3),
-            "poll_errors": errors.report()}
+    waited = time.perf_counter() - t0
+    if left:  # at the cap: which of the remaining ones are really still pending?
+        left = [rid for rid in left if await state_of(rid) != "resolved"]
+    out = {"checked": len(receipt_ids), "unresolved": len(left), "seconds": round(waited, 3),
+           "poll_errors": errors.report()}
+    if left:
+        out["unresolved_receipt_ids"] = left[:20]
+        if database_url:
+            out["diagnostics"] = await explain_pending(database_url, left[:20])
+    return out
+
+
+async def explain_pending(database_url: str, receipt_ids: list[str]) -> dict[str, Any]:
+    try:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            head = (await (await conn.execute("SELECT coalesce(max(position), 0) FROM journal")).fetchone())[0]
+            checkpoints = await (await conn.execute(
+                "SELECT name, position, updated_at::text FROM projector_checkpoints ORDER BY name")).fetchall()
+            receipts = await (await conn.execute(
+                "SELECT receipt_id, state, outcome FROM receipts WHERE receipt_id = ANY(%s)", (receipt_ids,))).fetchall()
+            events = await (await conn.execute(
+                "SELECT receipt_id, position, kind, committed_at::text FROM journal WHERE receipt_id = ANY(%s)"
+                " ORDER BY position", (receipt_ids,))).fetchall()
+    except psycopg.Error as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"journal_head": head, "checkpoints": [list(c) for c in checkpoints],
+            "receipts_rows": [list(r) for r in receipts], "journal_events": [list(e) for e in events]}
 
 
 # --------------------------------------------------------------------------- 1. single ingest
@@ -411,7 +443,7 @@ async def bench_single(target: Target, texts: Texts, corpus_id: str, run_id: str
         await asyncio.gather(*(worker() for _ in range(SINGLE_CONCURRENCY)))
         wall = time.perf_counter() - t0
         cpu = cpu_seconds() - cpu0
-        drain = await wait_resolved(client, receipts[-SINGLE_CONCURRENCY * 2:], DRAIN_CAP_S)
+        drain = await wait_resolved(client, receipts[-SINGLE_CONCURRENCY * 2:], DRAIN_CAP_S, target.database_url)
 
     return {
         "requests_planned": n,
@@ -483,7 +515,7 @@ async def bench_batch(target: Target, texts: Texts, corpus_id: str, run_id: str,
         await asyncio.gather(*(worker() for _ in range(BATCH_CONCURRENCY)))
         wall = time.perf_counter() - t0
         cpu = cpu_seconds() - cpu0
-        drain = await wait_resolved(client, last_receipts, DRAIN_CAP_S)
+        drain = await wait_resolved(client, last_receipts, DRAIN_CAP_S, target.database_url)
 
     end_to_end = wall + drain["seconds"]
     return {
@@ -514,14 +546,17 @@ async def bench_batch(target: Target, texts: Texts, corpus_id: str, run_id: str,
 class FeedFollower:
     """Reads /v0/changes/stream and notes when each receipt.resolved arrives."""
 
-    def __init__(self, client: httpx.AsyncClient, corpus_id: str) -> None:
+    def __init__(self, client: httpx.AsyncClient, corpus_id: str,
+                 on_resolved: Callable[[str], None] | None = None) -> None:
         self.client = client
         self.corpus_id = corpus_id
+        self.on_resolved = on_resolved
         self.resolved_at: dict[str, float] = {}
         self.arrived = asyncio.Event()
         self.live = asyncio.Event()
         self.failure: str | None = None
         self.events = 0
+        self.delivery_lag_ms: list[float] = []  # arrival (wall clock) minus the event's committed_at
         self.task: asyncio.Task | None = None
 
     async def _run(self) -> None:
@@ -553,7 +588,7 @@ class FeedFollower:
             self.live.set()
 
     def _dispatch(self, event: str | None, data: str) -> None:
-        now = time.perf_counter()
+        now, wall = time.perf_counter(), time.time()
         self.live.set()
         if event == "stream_error":
             self.failure = f"stream_error: {data[:300]}"
@@ -561,8 +596,16 @@ class FeedFollower:
             return
         self.events += 1
         body = json.loads(data)
+        try:
+            committed = datetime.fromisoformat(body["committed_at"].replace("Z", "+00:00")).timestamp()
+            self.delivery_lag_ms.append((wall - committed) * 1000)
+        except (KeyError, ValueError, AttributeError):
+            pass
         if body.get("kind") == "receipt.resolved" and body.get("receipt_id"):
-            self.resolved_at.setdefault(body["receipt_id"], now)
+            if body["receipt_id"] not in self.resolved_at:
+                self.resolved_at[body["receipt_id"]] = now
+                if self.on_resolved:
+                    self.on_resolved(body["receipt_id"])
             self.arrived.set()
 
     def start(self) -> None:
@@ -584,10 +627,25 @@ async def bench_resolve(target: Target, texts: Texts, corpus_id: str, run_id: st
     errors = Errors()
     mode = "change_stream"
     poll_resolved: dict[str, float] = {}
-    consistency: list[dict] = []
+    consistency: Counter[str] = Counter()
+    checks: list[asyncio.Task] = []
 
     async with new_client(target, 64) as client, new_client(target, 2) as feed_client:
-        feed = FeedFollower(feed_client, corpus_id)
+
+        async def get_now(rid: str) -> None:
+            try:
+                r = await client.get(f"/v0/ingestion-receipts/{rid}")
+            except httpx.HTTPError as exc:
+                consistency[type(exc).__name__] += 1
+                return
+            consistency[r.json().get("state", "?") if r.status_code == 200 else f"http_{r.status_code}"] += 1
+
+        def on_resolved(rid: str) -> None:
+            # Read-after-feed: right after the feed says resolved, what does getReceipt say? (first 50)
+            if len(checks) < 50:
+                checks.append(asyncio.create_task(get_now(rid)))
+
+        feed = FeedFollower(feed_client, corpus_id, on_resolved)
         feed.start()
         try:
             await asyncio.wait_for(feed.live.wait(), timeout=10)
@@ -646,16 +704,14 @@ async def bench_resolve(target: Target, texts: Texts, corpus_id: str, run_id: st
                     if feed.failure:
                         break
             resolved_at = feed.resolved_at
-            # Consistency: once the feed says resolved, does getReceipt say so too?
-            for rid in list(sent)[-10:]:
-                if rid in resolved_at:
-                    r = await client.get(f"/v0/ingestion-receipts/{rid}")
-                    consistency.append({"receipt_id": rid, "status": r.status_code,
-                                        "state": r.json().get("state") if r.status_code == 200 else None})
+            await asyncio.gather(*checks)
             await feed.stop()
         else:
             resolved_at = poll_resolved
 
+    missing = [rid for rid in sent if rid not in resolved_at]
+    diagnostics = await explain_pending(target.database_url, missing[:20]) if missing and target.database_url else None
+    server_side = await journal_resolve_latency(target.database_url, corpus_id) if target.database_url else None
     from_202, from_send = [], []
     before_202 = 0
     for rid, (t_send, t_202) in sent.items():
@@ -679,8 +735,24 @@ async def bench_resolve(target: Target, texts: Texts, corpus_id: str, run_id: st
         "resolved_event_before_202_seen": before_202,
         "from_202": latency_summary(from_202),
         "from_send": latency_summary(from_send),
-        "get_receipt_after_resolved_event": consistency,
+        # getReceipt's state read right after each of the first 50 receipt.resolved events arrived.
+        "get_receipt_right_after_resolved_event": dict(consistency),
+        # Every change event: its arrival on the stream minus its committed_at (same machine's clock when local).
+        "stream_delivery_lag": latency_summary(feed.delivery_lag_ms) if feed.delivery_lag_ms else None,
+        # In the journal: receipt.resolved committed_at minus ingest.accepted committed_at (no HTTP, no feed).
+        "journal_accepted_to_resolved": server_side,
+        "unresolved_receipt_ids": missing[:20],
+        "diagnostics": diagnostics,
     }
+
+
+async def journal_resolve_latency(database_url: str, corpus_id: str) -> dict[str, Any]:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        rows = await (await conn.execute(
+            "SELECT extract(epoch FROM r.committed_at - a.committed_at) * 1000 FROM journal a"
+            " JOIN journal r ON r.receipt_id = a.receipt_id AND r.kind = 'receipt.resolved'"
+            " WHERE a.kind = 'ingest.accepted' AND a.corpus_id = %s", (corpus_id,))).fetchall()
+    return latency_summary([float(r[0]) for r in rows])
 
 
 # --------------------------------------------------------------------------- 4. raw journal append
@@ -764,7 +836,8 @@ async def bench_raw(database_url: str, texts: Texts, seconds: float) -> dict[str
         return NewEvent(kind=RAW_KIND, org_id=RAW_ORG, corpus_id=None, subject_type="bench",
                         subject_id=rid, payload=payload)
 
-    assert not event().public
+    if event().public:
+        raise BenchError(f"{RAW_KIND} is a public kind: the raw events would show in the feed")
 
     async def journal_one(conn) -> None:
         await append(conn, [event()])
@@ -790,8 +863,12 @@ async def bench_raw(database_url: str, texts: Texts, seconds: float) -> dict[str
         await admin.execute(f"CREATE TABLE {table} (LIKE journal INCLUDING DEFAULTS INCLUDING INDEXES)")
         await admin.execute(f"CREATE SEQUENCE {table}_seq")
         try:
-            out: dict[str, Any] = {"postgres": settings, "plain_table": f"{table} (LIKE journal INCLUDING"
-                                   " DEFAULTS INCLUDING INDEXES; dropped after)"}
+            out: dict[str, Any] = {
+                "postgres": settings,
+                "plain_table": f"{table} (LIKE journal INCLUDING DEFAULTS INCLUDING INDEXES; dropped after)",
+                "note": "the service keeps running: its projectors and API listener wake on each journal NOTIFY"
+                        " (they skip bench.raw); the plain INSERT takes no lock and sends no NOTIFY",
+            }
             out["journal_1conn"] = await timed_loop(database_url, 1, seconds, 1, journal_one)
             out["plain_1conn"] = await timed_loop(database_url, 1, seconds, 1, plain_one)
             out[f"journal_{RAW_CONCURRENCY}conn"] = await timed_loop(database_url, RAW_CONCURRENCY, seconds, 1,
@@ -809,6 +886,29 @@ async def bench_raw(database_url: str, texts: Texts, seconds: float) -> dict[str
 
 
 # --------------------------------------------------------------------------- orchestration
+
+
+async def check_all_resolved(database_url: str, corpora: list[str], cap_s: float = 30.0) -> dict[str, Any]:
+    """Every Receipt of the run's corpora, not a sample: all resolved (waiting up to cap_s)?"""
+    t0 = time.perf_counter()
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        while True:
+            pending, total = await (await conn.execute(
+                "SELECT count(*) FILTER (WHERE state <> 'resolved'), count(*) FROM receipts"
+                " WHERE corpus_id = ANY(%s)", (corpora,))).fetchone()
+            if pending == 0 or time.perf_counter() - t0 > cap_s:
+                break
+            await asyncio.sleep(0.5)
+        ids = []
+        if pending:
+            ids = [r[0] for r in await (await conn.execute(
+                "SELECT receipt_id FROM receipts WHERE corpus_id = ANY(%s) AND state <> 'resolved'"
+                " ORDER BY receipt_id LIMIT 20", (corpora,))).fetchall()]
+    out = {"receipts": total, "not_resolved": pending, "waited_s": round(time.perf_counter() - t0, 2)}
+    if ids:
+        out["not_resolved_sample"] = ids
+        out["diagnostics"] = await explain_pending(database_url, ids)
+    return out
 
 
 async def run_bench(target: Target, texts: Texts, args) -> dict[str, Any]:
@@ -833,11 +933,13 @@ async def run_bench(target: Target, texts: Texts, args) -> dict[str, Any]:
         print(f"[bench ingest] {name} done in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
 
     if target.database_url:
+        results["integrity"] = await check_all_resolved(target.database_url, [ingest_corpus, latency_corpus])
         print("[bench ingest] raw journal append ...", file=sys.stderr, flush=True)
         t = time.perf_counter()
         results["raw_journal"] = await bench_raw(target.database_url, texts, args.seconds)
         print(f"[bench ingest] raw done in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
     else:
+        results["integrity"] = {"skipped": "no database URL"}
         results["raw_journal"] = {"skipped": "no database URL (give --database-url with --url)"}
     results["corpora"] = {"ingest": ingest_corpus, "latency": latency_corpus}
     return results
@@ -859,6 +961,48 @@ def judge(results: dict[str, Any]) -> dict[str, Any]:
         else:
             verdict = "pass" if v <= t["value"] else "miss"
         out[name] = {**t, "measured": v, "result": verdict}
+    return out
+
+
+def problems(report: dict[str, Any]) -> list[str]:
+    """What went wrong or looked wrong in this run, in words (the figures are in results)."""
+    res, out = report["results"], []
+    for name in ("single", "batch", "resolve"):
+        ph = res.get(name, {})
+        errs = ph.get("errors", {})
+        if errs.get("total"):
+            out.append(f"{name}: {errs['total']} failed requests {errs['by_kind']}")
+        if ph.get("item_errors", {}).get("total"):
+            out.append(f"{name}: {ph['item_errors']['total']} batch items not accepted {ph['item_errors']['by_kind']}")
+        if ph.get("capped_at_s"):
+            out.append(f"{name}: stopped at the {ph['capped_at_s']:.0f} s cap before sending everything")
+        drain = ph.get("drain_after_phase") or {}
+        if drain.get("unresolved"):
+            out.append(f"{name}: {drain['unresolved']}/{drain['checked']} sampled receipts still pending "
+                       f"{drain['seconds']:.0f} s after the phase")
+    lat = res.get("resolve", {})
+    if lat.get("unresolved_after_60s"):
+        out.append(f"resolve: {lat['unresolved_after_60s']} receipts without a receipt.resolved event after 60 s")
+    if lat.get("feed_failure"):
+        out.append(f"resolve: change stream failed: {lat['feed_failure']}")
+    pending_after = (lat.get("get_receipt_right_after_resolved_event") or {}).get("pending")
+    if pending_after:
+        out.append(f"resolve: getReceipt still said pending for {pending_after} receipts read right after their "
+                   "receipt.resolved event arrived (the feed announces before the read model shows it)")
+    lag = lat.get("stream_delivery_lag") or {}
+    if (lag.get("max_ms") or 0) > 1000:
+        out.append(f"resolve: a change event reached the stream {lag['max_ms'] / 1000:.1f} s after its commit")
+    integ = res.get("integrity", {})
+    if integ.get("not_resolved"):
+        out.append(f"integrity: {integ['not_resolved']} of {integ['receipts']} receipts never resolved")
+    raw = res.get("raw_journal", {})
+    for key, m in raw.items():
+        if isinstance(m, dict) and m.get("errors", {}).get("total"):
+            out.append(f"raw {key}: {m['errors']['total']} failed transactions {m['errors']['by_kind']}")
+    log = report.get("server_log") or {}
+    bad = {k: v for k, v in (log.get("by_level") or {}).items() if k not in ("info", "debug")}
+    if bad:
+        out.append(f"server log: {bad} (see {log['path']})")
     return out
 
 
@@ -898,16 +1042,37 @@ def summary_text(report: dict[str, Any]) -> str:
                  f"p50 {fmt(s['latency']['p50_ms'])}  p95 {fmt(s['latency']['p95_ms'])}  "
                  f"p99 {fmt(s['latency']['p99_ms'])} ms   ok {s['accepted_202']}/{s['requests_sent']}  "
                  f"errors {s['errors']['total']}"))
+    rows.append(("  resolved after", f"{fmt(s['drain_after_phase']['seconds'])} s",
+                 f"projector drain after singles (unresolved {s['drain_after_phase']['unresolved']}"
+                 f"/{s['drain_after_phase']['checked']} checked)"))
     rows.append(("batch x100     c=4", f"{fmt(b['records_per_s'])} rec/s",
                  f"batch p50 {fmt(b['batch_latency']['p50_ms'])}  p99 {fmt(b['batch_latency']['p99_ms'])} ms   "
                  f"ok {b['records_accepted_202']} rec  errors {b['errors']['total']}+{b['item_errors']['total']} items"))
     rows.append(("  accepted+resolved", f"{fmt(b['records_resolved_per_s_end_to_end'])} rec/s",
                  f"projector drain after batches {fmt(b['drain_after_phase']['seconds'])} s "
-                 f"(unresolved {b['drain_after_phase']['unresolved']})"))
+                 f"(unresolved {b['drain_after_phase']['unresolved']}/{b['drain_after_phase']['checked']} checked)"))
     rows.append((f"202->resolved  {fmt(lat['rate_per_s'])}/s", f"p50 {fmt(lat['from_202']['p50_ms'])} ms",
                  f"p99 {fmt(lat['from_202']['p99_ms'])} ms  (from send: p50 {fmt(lat['from_send']['p50_ms'])} "
                  f"p99 {fmt(lat['from_send']['p99_ms'])})  seen {lat['resolved_seen']}/{lat['accepted_202']}  "
                  f"errors {lat['errors']['total']}  via {lat['mode'].split(' ')[0]}"))
+    srv = lat.get("journal_accepted_to_resolved")
+    if srv:
+        rows.append(("  in the journal", f"p50 {fmt(srv['p50_ms'])} ms",
+                     f"p99 {fmt(srv['p99_ms'])} ms  max {fmt(srv['max_ms'])} ms  (ingest.accepted -> receipt.resolved "
+                     f"committed_at)"))
+    lag = lat.get("stream_delivery_lag")
+    if lag:
+        rows.append(("  stream delivery lag", f"p50 {fmt(lag['p50_ms'])} ms",
+                     f"p99 {fmt(lag['p99_ms'])} ms  max {fmt(lag['max_ms'])} ms  over {lag['count']} change events "
+                     f"(arrival - committed_at)"))
+    after = lat.get("get_receipt_right_after_resolved_event") or {}
+    if after:
+        rows.append(("  getReceipt after event", f"{after.get('pending', 0)} pending",
+                     f"of {sum(after.values())} read right after their receipt.resolved event arrived"))
+    integ = res.get("integrity", {})
+    if "receipts" in integ:
+        rows.append(("all receipts", f"{integ['not_resolved']} pending",
+                     f"of {integ['receipts']} accepted in this run (after waiting {integ['waited_s']} s)"))
     if "skipped" in raw:
         rows.append(("raw journal", "skipped", raw["skipped"]))
     else:
@@ -932,6 +1097,8 @@ def summary_text(report: dict[str, Any]) -> str:
     for name, t in report["targets"].items():
         lines.append(f"target {name:<22} {t['op']} {t['value']:>5} {t['unit']:<10} measured {fmt(t['measured']):>10}"
                      f"  {t['result'].upper()}")
+    for line in report.get("problems", []):
+        lines.append(f"PROBLEM: {line}")
     log = report.get("server_log")
     if log:
         lines.append(f"server log {log['path']}: {log['lines']} lines, levels {log.get('by_level', {})}, "
@@ -960,8 +1127,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(list(argv))
+    for name in ("httpx", "httpcore"):  # the CLI logs at info; one line per request would drown the summary
+        logging.getLogger(name).setLevel(logging.WARNING)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    texts = Texts(args.corpus)
+    try:
+        texts = Texts(args.corpus)
+    except (OSError, ValueError, BenchError) as exc:
+        print(f"bench ingest: cannot read texts from {args.corpus}: {exc}", file=sys.stderr)
+        return 1
     machine = machine_info()
     machine["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
     started = datetime.now(timezone.utc)
@@ -1003,6 +1176,7 @@ def main(argv: list[str]) -> int:
     }
     if own is not None:
         report["server_log"] = scan_server_log(SERVER_LOG)
+    report["problems"] = problems(report)
     RESULT_PATH.write_text(json.dumps(report, indent=2) + "\n")
     print(summary_text(report))
     return 0

@@ -17,7 +17,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from contentsvc.journal.events import JournalEvent
-from contentsvc.journal.store import NOTIFY_CHANNEL, read_after
+from contentsvc.journal.store import NOTIFY_CHANNEL, PROGRESS_CHANNEL, read_after
 from contentsvc.logging import get_logger
 
 log = get_logger("contentsvc.projector")
@@ -54,6 +54,7 @@ async def step(conn: AsyncConnection, projector: Projector, batch_size: int) -> 
                 "UPDATE projector_checkpoints SET position = %s, updated_at = now() WHERE name = %s",
                 (events[-1].position, projector.name),
             )
+            await conn.execute("SELECT pg_notify(%s, %s)", (PROGRESS_CHANNEL, projector.name))
     return len(events)
 
 

@@ -4,14 +4,14 @@ A change cursor binds the Organization, the corpus_id filter and the key's
 scope digest, and carries the journal position it stands at plus the time
 it was issued (for retention). Public events are invalidations with ids
 only. `next_cursor` advances over scanned events even when none is visible:
-when a page is not full it moves to the journal head read in the same
+when a page is not full it moves to the feed head read in the same
 snapshot, which is safe because positions are assigned in commit order.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from dataclasses import dataclass
 
 from psycopg import AsyncConnection
 
@@ -28,10 +28,29 @@ def resync_url(corpus_id: str) -> str:
     return f"/v0/records?corpus_id={corpus_id}"
 
 
-@dataclass(frozen=True)
-class FeedPosition:
-    corpus_id: str
-    position: int
+class FeedTicker:
+    """Counts feed-head moves announced over LISTEN.
+
+    A stream reads the count before it scans and waits only while the count
+    is unchanged, so a move announced during the scan is never missed.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._moved = asyncio.Event()
+
+    def bump(self) -> None:
+        self.count += 1
+        moved, self._moved = self._moved, asyncio.Event()
+        moved.set()
+
+    async def wait_past(self, seen: int, timeout: float) -> None:
+        if self.count != seen:
+            return
+        try:
+            await asyncio.wait_for(self._moved.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
 
 
 class ChangeCursors:
@@ -74,9 +93,19 @@ def _change_event(row: tuple) -> ChangeEvent:
     )
 
 
+FEED_PROJECTOR = "readmodel"
+
+
 async def head_position(conn: AsyncConnection) -> int:
-    cur = await conn.execute("SELECT coalesce(max(position), 0) FROM journal")
-    return (await cur.fetchone())[0]
+    """The feed's head: the position through which the read tables reflect the journal.
+
+    An event is published only once the read model has folded it, so a
+    client that rereads on an invalidation never reads the state before it;
+    and a start-now cursor never skips events the catalog does not show yet.
+    """
+    cur = await conn.execute("SELECT position FROM projector_checkpoints WHERE name = %s", (FEED_PROJECTOR,))
+    row = await cur.fetchone()
+    return row[0] if row else 0
 
 
 async def read_page(

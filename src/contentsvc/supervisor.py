@@ -28,8 +28,10 @@ def run_all(database_url: str, host: str, port: int) -> int:
     env = dict(os.environ, CONTENTSVC_DATABASE_URL=database_url)
     specs = {"api": ["serve", "--host", host, "--port", str(port), "--no-migrate"]}
     specs.update({f"projector:{name}": ["projector", "run", name] for name in registry()})
-    children = {name: _spawn(args, env) for name, args in specs.items()}
+    children: dict[str, subprocess.Popen | None] = {name: _spawn(args, env) for name, args in specs.items()}
     restarts = {name: 0 for name in specs}
+    started_at = {name: time.monotonic() for name in specs}
+    restart_at: dict[str, float] = {}
     stopping = False
 
     def stop(*_):
@@ -49,20 +51,28 @@ def run_all(database_url: str, host: str, port: int) -> int:
                     log.info("contentsvc_ready", base_url=f"{base_url}/v0", processes=sorted(specs))
             except httpx.HTTPError:
                 pass
+        now = time.monotonic()
         for name, child in list(children.items()):
+            if child is None:
+                if now >= restart_at[name]:
+                    children[name] = _spawn(specs[name], env)
+                    started_at[name] = now
+                continue
             code = child.poll()
-            if code is not None and not stopping:
-                restarts[name] += 1
-                delay = min(30.0, 0.5 * 2 ** min(restarts[name], 6))
+            if code is not None:
+                # Back off only for a child that keeps dying soon after start.
+                restarts[name] = restarts[name] + 1 if now - started_at[name] < 30 else 1
+                delay = min(30.0, 0.25 * 2 ** min(restarts[name], 7))
                 log.warning("child_exited", process=name, code=code, restart_in_s=delay)
-                time.sleep(delay)
-                children[name] = _spawn(specs[name], env)
+                children[name] = None
+                restart_at[name] = now + delay
         time.sleep(0.2)
 
-    for child in children.values():
+    running = [child for child in children.values() if child is not None]
+    for child in running:
         child.terminate()
     deadline = time.time() + 10
-    for child in children.values():
+    for child in running:
         try:
             child.wait(timeout=max(0.1, deadline - time.time()))
         except subprocess.TimeoutExpired:

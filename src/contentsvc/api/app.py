@@ -14,12 +14,13 @@ from psycopg_pool import PoolTimeout
 
 from contentsvc.api import changes, corpora, health, openapi, receipts, records
 from contentsvc.api.http import Services
+from contentsvc.changefeed import FEED_PROJECTOR, FeedTicker
 from contentsvc.config import MAX_BATCH_BYTES, Settings
 from contentsvc.database import async_pool
 from contentsvc.domain.cursors import CursorCodec
 from contentsvc.errors import ApiError, storage_unavailable
 from contentsvc.ids import new_id
-from contentsvc.journal.store import NOTIFY_CHANNEL
+from contentsvc.journal.store import PROGRESS_CHANNEL
 from contentsvc.logging import get_logger
 
 log = get_logger("contentsvc.api")
@@ -97,15 +98,15 @@ def logging_middleware(app):
     return middleware
 
 
-async def _listen(url: str, journal_moved: asyncio.Condition) -> None:
-    """Wakes change streams on every journal commit; reconnects after outages."""
+async def _listen(url: str, feed_moved: FeedTicker) -> None:
+    """Wakes change streams when the read model commits; reconnects after outages."""
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-                await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                async for _ in conn.notifies():
-                    async with journal_moved:
-                        journal_moved.notify_all()
+                await conn.execute(f"LISTEN {PROGRESS_CHANNEL}")
+                async for notice in conn.notifies():
+                    if notice.payload == FEED_PROJECTOR:
+                        feed_moved.bump()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the database is away: streams fall back to polling
@@ -121,9 +122,9 @@ def create_app(settings: Settings, database_url: str) -> Litestar:
         async with pool.connection() as conn:
             cur = await conn.execute("SELECT secret FROM service_secrets WHERE name = 'cursor_hmac'")
             secret = bytes((await cur.fetchone())[0])
-        journal_moved = asyncio.Condition()
-        app.state.services = Services(settings, pool, CursorCodec(secret), journal_moved)
-        listener = asyncio.create_task(_listen(database_url, journal_moved))
+        feed_moved = FeedTicker()
+        app.state.services = Services(settings, pool, CursorCodec(secret), feed_moved)
+        listener = asyncio.create_task(_listen(database_url, feed_moved))
         try:
             yield
         finally:

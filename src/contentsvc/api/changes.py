@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import AsyncIterator
 
@@ -72,6 +71,7 @@ async def _stream(
             err = ApiError(401, "invalid_api_key", "The API key was revoked.")
             yield ServerSentEventMessage(event="stream_error", data=msgspec.json.encode(err.body()).decode())
             return
+        seen = svc.feed_moved.count
         async with svc.pool.connection() as conn:
             events, next_position = await read_page(conn, p.org_id, corpus_id, position, STREAM_PAGE)
         for event_position, event in events:
@@ -92,11 +92,7 @@ async def _stream(
         if len(events) == STREAM_PAGE:
             continue
         remaining = max(0.05, idle_every - (time.monotonic() - last_sent))
-        async with svc.journal_moved:
-            try:
-                await asyncio.wait_for(svc.journal_moved.wait(), timeout=min(remaining, 5.0))
-            except asyncio.TimeoutError:
-                pass
+        await svc.feed_moved.wait_past(seen, timeout=min(remaining, 5.0))
 
 
 @get("/v0/changes/stream", operation_id="streamChanges")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -11,6 +10,7 @@ from litestar import Request, Response
 from psycopg_pool import AsyncConnectionPool
 
 from contentsvc.auth.principal import INVALID_KEY, Principal, bearer_secret, load_principal
+from contentsvc.changefeed import FeedTicker
 from contentsvc.config import Settings
 from contentsvc.domain.cursors import CursorCodec
 from contentsvc.domain.decoding import decode_body
@@ -26,7 +26,7 @@ class Services:
     settings: Settings
     pool: AsyncConnectionPool
     cursors: CursorCodec
-    journal_moved: asyncio.Condition  # notified on every journal commit (LISTEN)
+    feed_moved: FeedTicker  # bumped when the read model commits (LISTEN)
 
 
 def services(request: Request) -> Services:

@@ -22,6 +22,8 @@ from contentsvc.journal.events import JournalEvent, NewEvent
 
 JOURNAL_LOCK = 0x6A6F75726E  # "journ"
 NOTIFY_CHANNEL = "contentsvc_journal"
+# A projector committed a batch (payload: its name); the change feed waits on it.
+PROGRESS_CHANNEL = "contentsvc_projector"
 
 _INSERT = """
 INSERT INTO journal (position, event_id, kind, public, org_id, corpus_id,

@@ -775,6 +775,8 @@ def raw_payload(text: str) -> dict:
 
 async def timed_loop(url: str, connections: int, seconds: float, events_per_txn: int,
                      body: Callable[[psycopg.AsyncConnection], Awaitable[None]]) -> dict[str, Any]:
+    from contentsvc.journal.store import transaction as journal_transaction
+
     conns = [await psycopg.AsyncConnection.connect(url, autocommit=True) for _ in range(connections)]
     try:
         for c in conns:
@@ -790,7 +792,7 @@ async def timed_loop(url: str, connections: int, seconds: float, events_per_txn:
             while time.perf_counter() < deadline:
                 t = time.perf_counter()
                 try:
-                    async with conn.transaction():
+                    async with journal_transaction(conn):  # one flush for the writes and COMMIT
                         await body(conn)
                 except psycopg.Error as exc:
                     errors.add(type(exc).__name__, str(exc))

@@ -179,7 +179,7 @@ class MaterializerProjector:
             "SELECT m.org_id, m.corpus_id, m.namespace, m.record_key, m.record_id,"
             "       m.current_version_id, m.current_digest, m.withdrawn"
             " FROM materializer_identities m"
-            " JOIN unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS k(o, c, n, r)"
+            " JOIN unnest(%b::text[], %b::text[], %b::text[], %b::text[]) AS k(o, c, n, r)"
             "   ON m.org_id = k.o AND m.corpus_id = k.c AND m.namespace = k.n AND m.record_key = k.r",
             (orgs, corpora, namespaces, record_keys),
         )
@@ -187,12 +187,20 @@ class MaterializerProjector:
 
     @staticmethod
     async def _save(conn: AsyncConnection, states: dict[tuple, Identity]) -> None:
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                "INSERT INTO materializer_identities (org_id, corpus_id, namespace, record_key, record_id,"
-                " current_version_id, current_digest, withdrawn) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (org_id, corpus_id, namespace, record_key) DO UPDATE SET"
-                " current_version_id = EXCLUDED.current_version_id,"
-                " current_digest = EXCLUDED.current_digest, withdrawn = EXCLUDED.withdrawn",
-                [(*k, s.record_id, s.current_version_id, s.current_digest, s.withdrawn) for k, s in states.items()],
-            )
+        keys = list(states)
+        await conn.execute(
+            "INSERT INTO materializer_identities (org_id, corpus_id, namespace, record_key, record_id,"
+            " current_version_id, current_digest, withdrawn)"
+            " SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],"
+            "                      %b::bytea[], %b::bool[])"
+            " ON CONFLICT (org_id, corpus_id, namespace, record_key) DO UPDATE SET"
+            " current_version_id = EXCLUDED.current_version_id,"
+            " current_digest = EXCLUDED.current_digest, withdrawn = EXCLUDED.withdrawn",
+            [
+                *(list(column) for column in zip(*keys)),
+                [states[k].record_id for k in keys],
+                [states[k].current_version_id for k in keys],
+                [states[k].current_digest for k in keys],
+                [states[k].withdrawn for k in keys],
+            ],
+        )

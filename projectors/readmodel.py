@@ -9,8 +9,8 @@ Every statement is idempotent (insert-if-absent, or set to a value carried
 by the event), so the API may apply the same fold inline for rows that must
 be readable before the 202 leaves, and a replay from position 0 into empty
 tables yields the same rows. Within a batch, statements run grouped by kind
-in FOLD_ORDER: inserts before the updates that depend on them; statements
-of one kind keep journal order.
+in FOLD_ORDER: inserts before the updates that depend on them; within a
+kind, the last event for a row wins, as if applied one by one.
 """
 
 from __future__ import annotations
@@ -21,37 +21,52 @@ from psycopg.types.json import Jsonb
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
 
-_CORPUS = (
-    "INSERT INTO corpora (org_id, corpus_id, name, retrieval, projection_generation_id, vector_spaces, created_at)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
-)
-_RECEIPT = (
-    "INSERT INTO receipts (receipt_id, org_id, corpus_id, namespace, record_key, state, diagnostics, accepted_at)"
-    " VALUES (%s, %s, %s, %s, %s, 'pending', '[]', %s) ON CONFLICT DO NOTHING"
-)
-_RECORD_VERSION = (
-    "WITH r AS (INSERT INTO records (record_id, org_id, corpus_id, namespace, record_key, current_version_id,"
-    "                               withdrawn, created_at)"
-    "           VALUES (%(record_id)s, %(org_id)s, %(corpus_id)s, %(namespace)s, %(record_key)s, %(version_id)s,"
-    "                   false, %(created_at)s)"
-    "           ON CONFLICT (record_id) DO UPDATE SET current_version_id = EXCLUDED.current_version_id)"
-    " INSERT INTO versions (version_id, record_id, org_id, corpus_id, receipt_id, manifest, provenance, extensions,"
-    "                       relations, diagnostics, availability_state, searchable, accepted_at, created_at)"
-    " VALUES (%(version_id)s, %(record_id)s, %(org_id)s, %(corpus_id)s, %(receipt_id)s, %(manifest)s,"
-    "         %(provenance)s, %(extensions)s, %(relations)s, '[]', 'materialized', false, %(accepted_at)s,"
-    "         %(created_at)s)"
-    " ON CONFLICT DO NOTHING"
-)
-_WITHDRAWN = (
-    "INSERT INTO records (record_id, org_id, corpus_id, namespace, record_key, current_version_id, withdrawn,"
-    " created_at) VALUES (%s, %s, %s, %s, %s, %s, true, %s)"
-    " ON CONFLICT (record_id) DO UPDATE SET withdrawn = true"
-)
-_AVAILABILITY = "UPDATE versions SET availability_state = %s, searchable = %s WHERE version_id = %s"
-_RESOLVED = (
-    "UPDATE receipts SET state = 'resolved', outcome = %s, record_id = %s, version_id = %s,"
-    " diagnostics = %s, resolved_at = %s WHERE receipt_id = %s"
-)
+# Each statement folds a whole group of events at once: column arrays in,
+# unnest() on the server. Statements that set a row to a value dedupe their
+# rows first, keeping the last event per row (ON CONFLICT DO UPDATE and
+# UPDATE ... FROM may touch a row only once per statement).
+_CORPUS = """
+INSERT INTO corpora (org_id, corpus_id, name, retrieval, projection_generation_id, vector_spaces, created_at)
+SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::jsonb[], %b::text[], %b::jsonb[], %b::timestamptz[])
+ON CONFLICT DO NOTHING
+"""
+_RECEIPT = """
+INSERT INTO receipts (receipt_id, org_id, corpus_id, namespace, record_key, accepted_at, state, diagnostics)
+SELECT *, 'pending', '[]'::jsonb
+FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::timestamptz[])
+ON CONFLICT DO NOTHING
+"""
+_RECORD = """
+INSERT INTO records (record_id, org_id, corpus_id, namespace, record_key, current_version_id, created_at, withdrawn)
+SELECT *, false FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
+                            %b::timestamptz[])
+ON CONFLICT (record_id) DO UPDATE SET current_version_id = EXCLUDED.current_version_id
+"""
+_VERSION = """
+INSERT INTO versions (version_id, record_id, org_id, corpus_id, receipt_id, manifest, provenance, extensions,
+                      relations, accepted_at, created_at, diagnostics, availability_state, searchable)
+SELECT *, '[]'::jsonb, 'materialized', false
+FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::jsonb[], %b::jsonb[],
+            %b::jsonb[], %b::timestamptz[], %b::timestamptz[])
+ON CONFLICT DO NOTHING
+"""
+_WITHDRAWN = """
+INSERT INTO records (record_id, org_id, corpus_id, namespace, record_key, created_at, withdrawn)
+SELECT *, true FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::timestamptz[])
+ON CONFLICT (record_id) DO UPDATE SET withdrawn = true
+"""
+_AVAILABILITY = """
+UPDATE versions v SET availability_state = u.state, searchable = u.searchable
+FROM unnest(%b::text[], %b::text[], %b::bool[]) AS u(version_id, state, searchable)
+WHERE v.version_id = u.version_id
+"""
+_RESOLVED = """
+UPDATE receipts r SET state = 'resolved', outcome = u.outcome, record_id = u.record_id, version_id = u.version_id,
+                      diagnostics = u.diagnostics, resolved_at = u.resolved_at
+FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::timestamptz[])
+     AS u(receipt_id, outcome, record_id, version_id, diagnostics, resolved_at)
+WHERE r.receipt_id = u.receipt_id
+"""
 
 
 def _corpus(e) -> tuple:
@@ -66,47 +81,69 @@ def _receipt(e) -> tuple:
     return (p["receipt_id"], e.org_id, s["corpus_id"], s["namespace"], s["record_key"], p["accepted_at"])
 
 
-def _record_version(e) -> dict:
+def _record(e) -> tuple:
     p = e.payload
     s = p["source"]
-    return {
-        "record_id": p["record_id"], "org_id": e.org_id, "corpus_id": s["corpus_id"],
-        "namespace": s["namespace"], "record_key": s["record_key"], "version_id": p["version_id"],
-        "receipt_id": p["receipt_id"], "manifest": Jsonb(p["manifest"]), "provenance": Jsonb(p["provenance"]),
-        "extensions": Jsonb(p["extensions"]) if p.get("extensions") else None,
-        "relations": Jsonb(p["relations"]), "accepted_at": p["accepted_at"], "created_at": p["created_at"],
-    }
+    return (p["record_id"], e.org_id, s["corpus_id"], s["namespace"], s["record_key"], p["version_id"],
+            p["created_at"])
+
+
+def _version(e) -> tuple:
+    p = e.payload
+    return (p["version_id"], p["record_id"], e.org_id, p["source"]["corpus_id"], p["receipt_id"],
+            Jsonb(p["manifest"]), Jsonb(p["provenance"]), Jsonb(p["extensions"]) if p.get("extensions") else None,
+            Jsonb(p["relations"]), p["accepted_at"], p["created_at"])
 
 
 def _withdrawn(e) -> tuple:
     p = e.payload
     s = p["source"]
-    return (p["record_id"], e.org_id, s["corpus_id"], s["namespace"], s["record_key"], None, p["withdrawn_at"])
+    return (p["record_id"], e.org_id, s["corpus_id"], s["namespace"], s["record_key"], p["withdrawn_at"])
 
 
 def _availability(e) -> tuple | None:
     p = e.payload
     if "state" not in p:  # only currentness moved; is_current is derived from records
         return None
-    return (p["state"], p["searchable"], p["version_id"])
+    return (p["version_id"], p["state"], p["searchable"])
 
 
 def _resolved(e) -> tuple:
     p = e.payload
-    return (p["outcome"], p["record_id"], p["version_id"], Jsonb(p["diagnostics"]), p["resolved_at"], p["receipt_id"])
+    return (p["receipt_id"], p["outcome"], p["record_id"], p["version_id"], Jsonb(p["diagnostics"]),
+            p["resolved_at"])
 
 
-# kind -> (SQL, row builder), in the order the groups are applied.
+def _last_wins(earlier: tuple, later: tuple) -> tuple:
+    return later
+
+
+def _later_version_first_creation(earlier: tuple, later: tuple) -> tuple:
+    # The current Version moves on; the Record's created_at stays its first.
+    return later[:6] + earlier[6:]
+
+
+# (kinds, SQL, row builder, how two rows for one key merge, or None), applied in this order.
 FOLD_ORDER = [
-    (ev.CORPUS_CREATED, _CORPUS, _corpus),
-    (ev.INGEST_ACCEPTED, _RECEIPT, _receipt),
-    (ev.WITHDRAWAL_ACCEPTED, _RECEIPT, _receipt),
-    (ev.RECORD_ACCEPTED, _RECORD_VERSION, _record_version),
-    (ev.RECORD_WITHDRAWN, _WITHDRAWN, _withdrawn),
-    (ev.RECORD_AVAILABILITY_CHANGED, _AVAILABILITY, _availability),
-    (ev.RECEIPT_RESOLVED, _RESOLVED, _resolved),
+    ({ev.CORPUS_CREATED}, _CORPUS, _corpus, None),
+    ({ev.INGEST_ACCEPTED, ev.WITHDRAWAL_ACCEPTED}, _RECEIPT, _receipt, None),
+    ({ev.RECORD_ACCEPTED}, _RECORD, _record, _later_version_first_creation),
+    ({ev.RECORD_ACCEPTED}, _VERSION, _version, None),
+    ({ev.RECORD_WITHDRAWN}, _WITHDRAWN, _withdrawn, _last_wins),
+    ({ev.RECORD_AVAILABILITY_CHANGED}, _AVAILABILITY, _availability, _last_wins),
+    ({ev.RECEIPT_RESOLVED}, _RESOLVED, _resolved, _last_wins),
 ]
-FOLDED_KINDS = frozenset(kind for kind, _, _ in FOLD_ORDER)
+FOLDED_KINDS = frozenset(kind for kinds, _, _, _ in FOLD_ORDER for kind in kinds)
+
+
+def _columns(rows: list[tuple], merge) -> list[list]:
+    """Column arrays for unnest(); rows sharing a key (first column) merged in order."""
+    if merge is not None:
+        by_key: dict = {}
+        for row in rows:
+            by_key[row[0]] = merge(by_key[row[0]], row) if row[0] in by_key else row
+        rows = list(by_key.values())
+    return [list(column) for column in zip(*rows)]
 
 
 async def fold(conn: AsyncConnection, events: list[JournalEvent] | list[NewEvent]) -> None:
@@ -115,13 +152,16 @@ async def fold(conn: AsyncConnection, events: list[JournalEvent] | list[NewEvent
     for e in events:
         if e.kind in FOLDED_KINDS:
             by_kind.setdefault(e.kind, []).append(e)
-    if not by_kind:
-        return
-    async with conn.cursor() as cur:
-        for kind, sql, row in FOLD_ORDER:
-            rows = [r for r in map(row, by_kind.get(kind, ())) if r is not None]
-            if rows:
-                await cur.executemany(sql, rows)
+    for kinds, sql, row, merge in FOLD_ORDER:
+        group = [e for kind in kinds for e in by_kind.get(kind, ())]
+        rows = [r for r in map(row, sorted(group, key=_order)) if r is not None] if group else []
+        if rows:
+            await conn.execute(sql, _columns(rows, merge))
+
+
+def _order(e) -> int:
+    # Journal order; events not yet appended (inline folds) keep their list order.
+    return getattr(e, "position", 0)
 
 
 class ReadModelProjector:

@@ -108,6 +108,25 @@ async def head_position(conn: AsyncConnection) -> int:
     return row[0] if row else 0
 
 
+async def start_position(conn: AsyncConnection, feed_moved: FeedTicker, wait_seconds: float = 2.0) -> int:
+    """The start-now position: the journal's committed head, once the read model has reached it.
+
+    Waiting (briefly) for the read model makes "start now" mean now: the
+    cursor does not deliver again what the caller just did. If the read model
+    lags longer, the feed head is returned: a few duplicates, never a miss.
+    """
+    cur = await conn.execute("SELECT coalesce(max(position), 0) FROM journal")
+    target = (await cur.fetchone())[0]
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        seen = feed_moved.count
+        position = await head_position(conn)
+        remaining = deadline - time.monotonic()
+        if position >= target or remaining <= 0:
+            return min(position, target)
+        await feed_moved.wait_past(seen, timeout=min(remaining, 0.2))
+
+
 async def read_page(
     conn: AsyncConnection, org_id: str, corpus_id: str, after: int, limit: int
 ) -> tuple[list[tuple[int, ChangeEvent]], int]:

@@ -23,6 +23,7 @@ from contentsvc.ids import new_id
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
+from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.readviews import existing_corpora
 from projectors.readmodel import fold
 
@@ -61,7 +62,7 @@ async def accept_source_commands(
     if not live:
         return results  # type: ignore[return-value]
 
-    async with conn.transaction():
+    async with journal_transaction(conn):
         known = await existing_corpora(conn, p.org_id, sorted({c.source.corpus_id for _, c in live}))
         for i, cmd in live:
             if cmd.source.corpus_id not in known:
@@ -118,7 +119,7 @@ async def create_corpus(conn: AsyncConnection, p: Principal, req: CorpusRequest)
         raise ApiError(403, "forbidden", "The API key's Corpus scope does not include this Corpus.")
     retrieval = effective_retrieval(req.retrieval)
     corpus_id = req.corpus_id or new_id("crp").lower()
-    async with conn.transaction():
+    async with journal_transaction(conn):
         priors = await idempotency.claim(
             conn, p.org_id, idempotency.CORPORA,
             [idempotency.Claim(req.idempotency_key, request_digest(req), 201, "corpus", corpus_id)],

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool
 
 from contentsvc.config import Settings
 from contentsvc.logging import get_logger
@@ -45,11 +45,11 @@ def connect(url: str, **kwargs) -> psycopg.Connection:
 
 
 def async_pool(url: str, min_size: int = 2, max_size: int = 16) -> AsyncConnectionPool:
-    return AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False, timeout=5.0)
+    # Autocommit: a plain read needs no transaction (and no ROLLBACK when the
+    # connection goes back); commands open theirs explicitly.
+    return AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False, timeout=5.0,
+                               kwargs={"autocommit": True})
 
-
-def sync_pool(url: str, min_size: int = 1, max_size: int = 4) -> ConnectionPool:
-    return ConnectionPool(url, min_size=min_size, max_size=max_size, open=False, timeout=5.0)
 
 
 def _use_msgspec_for_json() -> None:

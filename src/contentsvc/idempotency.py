@@ -56,7 +56,7 @@ async def claim(conn: AsyncConnection, org_id: str, family: str, claims: list[Cl
     ordered = sorted(claims, key=lambda c: c.key)
     cur = await conn.execute(
         "INSERT INTO idempotency_keys (org_id, family, key, request_digest, status, resource_type, resource_id)"
-        " SELECT %s, %s, k, d, s, t, i FROM unnest(%s::text[], %s::bytea[], %s::int[], %s::text[], %s::text[])"
+        " SELECT %s, %s, k, d, s, t, i FROM unnest(%b::text[], %b::bytea[], %b::int[], %b::text[], %b::text[])"
         "   AS c(k, d, s, t, i)"
         " ON CONFLICT DO NOTHING RETURNING key",
         (

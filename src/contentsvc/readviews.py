@@ -220,11 +220,23 @@ async def load_corpus(conn: AsyncConnection, org_id: str, corpus_id: str) -> Cor
     return corpus_view(row) if row else None
 
 
+# Corpora are never deleted, so a Corpus once seen exists for good: ingest
+# skips a query per command for Corpora this process has seen.
+_seen_corpora: set[tuple[str, str]] = set()
+
+
 async def existing_corpora(conn: AsyncConnection, org_id: str, corpus_ids: list[str]) -> set[str]:
-    cur = await conn.execute(
-        "SELECT corpus_id FROM corpora WHERE org_id = %s AND corpus_id = ANY(%s)", (org_id, corpus_ids)
-    )
-    return {r[0] for r in await cur.fetchall()}
+    known = {c for c in corpus_ids if (org_id, c) in _seen_corpora}
+    unknown = [c for c in corpus_ids if c not in known]
+    if unknown:
+        cur = await conn.execute(
+            "SELECT corpus_id FROM corpora WHERE org_id = %s AND corpus_id = ANY(%s)", (org_id, unknown)
+        )
+        found = {r[0] for r in await cur.fetchall()}
+        if len(_seen_corpora) < 100_000:
+            _seen_corpora.update((org_id, c) for c in found)
+        known |= found
+    return known
 
 
 async def list_corpora(conn: AsyncConnection, p: Principal, after: str | None, limit: int) -> list[Corpus]:

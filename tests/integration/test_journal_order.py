@@ -13,7 +13,7 @@ import psycopg
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from contentsvc.journal.events import NewEvent
-from contentsvc.journal.store import append, head, read_after
+from contentsvc.journal.store import append, head, read_after, transaction
 
 
 async def _writer(url: str, writer: int, batches: list[int], appended: list[str]) -> None:
@@ -24,7 +24,7 @@ async def _writer(url: str, writer: int, batches: list[int], appended: list[str]
                          subject_id=f"w{writer}-{n}-{i}", payload={"w": writer, "n": n, "i": i})
                 for i in range(size)
             ]
-            async with conn.transaction():
+            async with transaction(conn):
                 await append(conn, events)
             appended.extend(e.event_id for e in events)
             await asyncio.sleep(0)

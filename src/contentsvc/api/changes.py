@@ -11,7 +11,7 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from contentsvc.api.http import Services, authenticate, query_int, query_str, respond, services
 from contentsvc.auth.principal import Principal, load_principal
-from contentsvc.changefeed import ChangeCursors, head_position, read_page
+from contentsvc.changefeed import ChangeCursors, read_page, start_position
 from contentsvc.config import CHANGE_PAGE_DEFAULT, CHANGE_PAGE_MAX
 from contentsvc.domain.models import ChangePage
 from contentsvc.errors import ApiError, not_found
@@ -43,7 +43,7 @@ async def poll_changes(request: Request) -> Response:
     token = query_str(request, "cursor")
     async with svc.pool.connection() as conn:
         if token is None:  # start now
-            head = await head_position(conn)
+            head = await start_position(conn, svc.feed_moved)
             return respond(ChangePage(items=[], next_cursor=cursors.encode(p, corpus_id, head)))
         after = cursors.decode(p, corpus_id, token)
         events, next_position = await read_page(conn, p.org_id, corpus_id, after, limit)
@@ -105,7 +105,7 @@ async def stream_changes(request: Request) -> ServerSentEvent:
     token = last_event_id or query_str(request, "cursor")
     if token is None:
         async with svc.pool.connection() as conn:
-            position = await head_position(conn)
+            position = await start_position(conn, svc.feed_moved)
         start_now = True
     else:
         position = cursors.decode(p, corpus_id, token, field="/last-event-id" if last_event_id else "/cursor")

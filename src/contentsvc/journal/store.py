@@ -12,7 +12,8 @@ between drawing positions and committing; batches amortize it.
 
 from __future__ import annotations
 
-from typing import Iterable
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Iterable
 
 from psycopg import AsyncConnection
 from psycopg.rows import class_row
@@ -20,37 +21,51 @@ from psycopg.types.json import Jsonb
 
 from contentsvc.journal.events import JournalEvent, NewEvent
 
-JOURNAL_LOCK = 0x6A6F75726E  # "journ"
 NOTIFY_CHANNEL = "contentsvc_journal"
 # A projector committed a batch (payload: its name); the change feed waits on it.
 PROGRESS_CHANNEL = "contentsvc_projector"
 
-_INSERT = """
-INSERT INTO journal (position, event_id, kind, public, org_id, corpus_id,
-                     subject_type, subject_id, version_id, receipt_id, payload)
-SELECT nextval('journal_position_seq'), e.event_id, e.kind, e.public, e.org_id, e.corpus_id,
-       e.subject_type, e.subject_id, e.version_id, e.receipt_id, e.payload
-FROM unnest(%s::text[], %s::text[], %s::bool[], %s::text[], %s::text[],
-            %s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[])
-     WITH ORDINALITY AS e(event_id, kind, public, org_id, corpus_id,
-                          subject_type, subject_id, version_id, receipt_id, payload, ord)
-ORDER BY e.ord
-RETURNING position
+_APPEND = """
+SELECT journal_append(%b::text[], %b::text[], %b::bool[], %b::text[], %b::text[],
+                      %b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[])
 """
 
 _COLUMNS = """position, event_id, kind, public, org_id, corpus_id, subject_type,
               subject_id, version_id, receipt_id, payload, committed_at"""
 
 
-async def append(conn: AsyncConnection, events: Iterable[NewEvent]) -> list[int]:
-    """Append events inside the caller's open transaction; returns their positions.
+@asynccontextmanager
+async def transaction(conn: AsyncConnection) -> AsyncIterator[None]:
+    """A transaction for commands and folds that append to the journal.
+
+    It runs in pipeline mode: statements whose results are read still wait
+    for the server, but everything after the last read (the journal lock,
+    the inserts, NOTIFY and COMMIT) goes out in one flush. So the journal
+    lock is never held while the server waits for this client, however
+    busy the client's process is.
+    """
+    # Not conn.transaction(): in pipeline mode it syncs before COMMIT, which
+    # would hold the lock for one more round trip.
+    async with conn.pipeline():
+        if conn.autocommit:
+            await conn.execute("BEGIN")
+        try:
+            yield
+        except BaseException:
+            await conn.rollback()
+            raise
+        await conn.commit()
+
+
+async def append(conn: AsyncConnection, events: Iterable[NewEvent]) -> None:
+    """Append events inside the caller's open transaction (see `transaction`).
 
     Call it as the last write before commit: the journal lock is held from
     here to the end of the transaction.
     """
     events = list(events)
     if not events:
-        return []
+        return
     columns = (
         [e.event_id for e in events],
         [e.kind for e in events],
@@ -63,11 +78,8 @@ async def append(conn: AsyncConnection, events: Iterable[NewEvent]) -> list[int]
         [e.receipt_id for e in events],
         [Jsonb(e.payload) for e in events],
     )
-    async with conn.pipeline():
-        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (JOURNAL_LOCK,))
-        cur = await conn.execute(_INSERT, columns)
-        await conn.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
-    return [row[0] for row in await cur.fetchall()]
+    # journal_append (schema/004): takes the journal lock, draws positions, inserts, notifies NOTIFY_CHANNEL.
+    await conn.execute(_APPEND, columns)
 
 
 async def read_after(conn: AsyncConnection, position: int, limit: int) -> list[JournalEvent]:

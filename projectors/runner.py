@@ -72,7 +72,7 @@ async def run(
     *,
     batch_size: int = 1000,
     poll_seconds: float = 1.0,
-    coalesce_seconds: float = 0.01,
+    coalesce_seconds: float = 0.05,
     stop: asyncio.Event | None = None,
 ) -> None:
     stop = stop or asyncio.Event()

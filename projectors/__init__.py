@@ -8,7 +8,10 @@ from __future__ import annotations
 
 
 def registry() -> dict:
+    from contentsvc.config import Settings
+    from projectors.lexical import LexicalProjector
     from projectors.materializer import MaterializerProjector
     from projectors.readmodel import ReadModelProjector
 
-    return {p.name: p for p in (MaterializerProjector(), ReadModelProjector())}
+    home = Settings.from_env().home
+    return {p.name: p for p in (MaterializerProjector(), ReadModelProjector(), LexicalProjector(home))}

@@ -89,8 +89,10 @@ async def run(
         await ensure_checkpoint(work, projector.name)
         await work.set_autocommit(False)
         log.info("projector_started", projector=projector.name)
+        fold = getattr(projector, "step", None)
         while not stop.is_set():
-            done = await step(work, projector, batch_size)
+            # A projector whose output lives outside Postgres runs its own step.
+            done = await fold(work, batch_size) if fold else await step(work, projector, batch_size)
             if done == batch_size:
                 continue
             # Idle: wait for a commit notification (or poll), then let a few

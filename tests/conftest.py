@@ -89,7 +89,9 @@ class ServerProcess:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / f"server-{self.port}.log"
-        env = dict(os.environ, CONTENTSVC_DATABASE_URL=database_url, **(extra_env or {}))
+        self.home = log_dir / f"home-{self.port}"  # index files of this server
+        env = dict(os.environ, CONTENTSVC_DATABASE_URL=database_url, CONTENTSVC_HOME=str(self.home),
+                   **(extra_env or {}))
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "contentsvc.cli", "run", "--port", str(self.port)],

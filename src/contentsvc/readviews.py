@@ -39,9 +39,15 @@ def _availability(state: str | None, searchable: bool | None, is_current: bool) 
     return Availability(state=state, is_current=is_current, searchable=bool(searchable) and is_current)
 
 
-def _version_processing(state: str) -> ProcessingSummary:
-    # Issue-2 scope: the built-in text path ends at materialization.
-    return IDLE
+_PROCESSING_BY_AVAILABILITY = {
+    "materialized": ProcessingSummary(state="queued", phase="baseline"),
+    "building_baseline": ProcessingSummary(state="running", phase="baseline"),
+}
+
+
+def _version_processing(state: str | None) -> ProcessingSummary:
+    """Live processing view of a Version from its availability (idle once searchable or quarantined)."""
+    return _PROCESSING_BY_AVAILABILITY.get(state or "", IDLE)
 
 
 # ------------------------------------------------------------------ receipts

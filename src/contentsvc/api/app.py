@@ -12,7 +12,7 @@ from litestar import Litestar, Request, Response
 from litestar.exceptions import HTTPException
 from psycopg_pool import PoolTimeout
 
-from contentsvc.api import changes, corpora, health, openapi, receipts, records
+from contentsvc.api import changes, corpora, health, openapi, receipts, records, search
 from contentsvc.api.http import Services
 from contentsvc.changefeed import FEED_PROJECTOR, FeedTicker
 from contentsvc.config import MAX_BATCH_BYTES, Settings
@@ -22,6 +22,8 @@ from contentsvc.errors import ApiError, storage_unavailable
 from contentsvc.ids import new_id
 from contentsvc.journal.store import PROGRESS_CHANNEL
 from contentsvc.logging import get_logger
+from contentsvc.search.service import LexicalSearcher
+from projectors.lexical import KIND as LEXICAL_PROJECTOR
 
 log = get_logger("contentsvc.api")
 
@@ -98,8 +100,9 @@ def logging_middleware(app):
     return middleware
 
 
-async def _listen(url: str, feed_moved: FeedTicker) -> None:
-    """Wakes change streams when the read model commits; reconnects after outages."""
+async def _listen(url: str, feed_moved: FeedTicker, lexical_moved: FeedTicker) -> None:
+    """Wakes change streams when the read model commits, and reloads searchers
+    when the lexical projector commits; reconnects after outages."""
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
@@ -107,6 +110,8 @@ async def _listen(url: str, feed_moved: FeedTicker) -> None:
                 async for notice in conn.notifies():
                     if notice.payload == FEED_PROJECTOR:
                         feed_moved.bump()
+                    elif notice.payload == LEXICAL_PROJECTOR:
+                        lexical_moved.bump()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the database is away: streams fall back to polling
@@ -122,9 +127,10 @@ def create_app(settings: Settings, database_url: str) -> Litestar:
         async with pool.connection() as conn:
             cur = await conn.execute("SELECT secret FROM service_secrets WHERE name = 'cursor_hmac'")
             secret = bytes((await cur.fetchone())[0])
-        feed_moved = FeedTicker()
-        app.state.services = Services(settings, pool, CursorCodec(secret), feed_moved)
-        listener = asyncio.create_task(_listen(database_url, feed_moved))
+        feed_moved, lexical_moved = FeedTicker(), FeedTicker()
+        app.state.services = Services(settings, pool, CursorCodec(secret), feed_moved,
+                                      LexicalSearcher(settings.home, lexical_moved))
+        listener = asyncio.create_task(_listen(database_url, feed_moved, lexical_moved))
         try:
             yield
         finally:
@@ -133,7 +139,7 @@ def create_app(settings: Settings, database_url: str) -> Litestar:
 
     return Litestar(
         route_handlers=[
-            *records.ROUTES, *receipts.ROUTES, *corpora.ROUTES, *changes.ROUTES, *health.ROUTES, *openapi.ROUTES,
+            *records.ROUTES, *receipts.ROUTES, *search.ROUTES, *corpora.ROUTES, *changes.ROUTES, *health.ROUTES, *openapi.ROUTES,
         ],
         lifespan=[lifespan],
         exception_handlers={

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 from litestar import Request, Response
@@ -16,6 +16,9 @@ from contentsvc.domain.cursors import CursorCodec
 from contentsvc.domain.decoding import decode_body
 from contentsvc.errors import ApiError, invalid_input
 
+if TYPE_CHECKING:
+    from contentsvc.search.service import LexicalSearcher
+
 T = TypeVar("T")
 
 
@@ -27,6 +30,7 @@ class Services:
     pool: AsyncConnectionPool
     cursors: CursorCodec
     feed_moved: FeedTicker  # bumped when the read model commits (LISTEN)
+    lexical: LexicalSearcher  # the serving lexical generation, reloaded when the lexical projector commits
 
 
 def services(request: Request) -> Services:

@@ -272,3 +272,67 @@ class ChangePage(Output, kw_only=True):
 
 class Health(Output, kw_only=True):
     status: str
+
+
+# ---------------------------------------------------------------- search
+
+ProfileName = Annotated[str, Meta(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+NamespaceName = Annotated[str, Meta(min_length=1, max_length=200)]
+
+
+class SearchFilter(Input, kw_only=True):
+    source_namespaces: Annotated[list[NamespaceName], Meta(min_length=1, max_length=50)]
+
+
+class SearchRequest(Input, kw_only=True):
+    query: Annotated[str, Meta(min_length=1)]  # 8,192 characters: checked with the profile (query_too_long)
+    corpus_ids: Annotated[list[NonEmpty], Meta(min_length=1, max_length=16)]
+    mode: Literal["lexical", "semantic", "hybrid"] = "hybrid"
+    profile: ProfileName = "default"
+    limit: Annotated[int, Meta(ge=1, le=50)] = 10
+    filter: SearchFilter | None = None
+    idempotency_key: NonEmpty | None = None  # accepted, unused: search changes nothing
+
+
+class Excerpt(Output, kw_only=True):
+    text: str
+    start: int
+    end: int
+
+
+class Explanation(Output, kw_only=True):
+    lexical_rank: int | None = None
+    semantic_rank: int | None = None
+    score: float
+
+
+class SearchHit(Output, kw_only=True):
+    rank: int
+    record_id: str
+    version_id: str
+    part_key: str
+    excerpt: Excerpt
+    explanation: Explanation | None = None
+
+
+class ProfileRef(Output, kw_only=True):
+    name: str
+    version: str
+
+
+class SearchResponse(Output, kw_only=True):
+    items: list[SearchHit]
+    retrieval_profile: ProfileRef
+
+
+class SearchProfile(Output, kw_only=True):
+    name: str
+    version: str
+    default: bool
+    modes: list[str]
+    max_latency_ms: int
+    max_query_chars: int
+
+
+class SearchProfileList(Output, kw_only=True):
+    items: list[SearchProfile]

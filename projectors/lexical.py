@@ -1,0 +1,142 @@
+"""Lexical projector: folds Versions into the serving Tantivy generation.
+
+Input: record.accepted (index the new Version, replacing the Record's
+previous one), record.withdrawn (remove the Record). Output: the index
+files of the serving generation, and availability events in the journal:
+`building_baseline` when a Version is picked up, `retrieval_ready` with
+`searchable: true` only after the index commit holding it is durable and
+visible to searchers.
+
+Order of a step, and why a crash anywhere is safe:
+1. read events after the generation's checkpoint (Postgres);
+2. announce `building_baseline` for new Versions, once (the generation's
+   `announced` mark moves in the same transaction);
+3. apply the batch to the index and commit it with the position it
+   reflects (a checkpoint document inside the index);
+4. in one Postgres transaction: append `retrieval_ready` events and move
+   the checkpoint.
+A crash between 3 and 4 re-applies the batch to the index (delete, then
+add: idempotent) and then publishes once. An index found behind its
+Postgres checkpoint (files lost or restored) is refolded from its own
+checkpoint without publishing again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from psycopg import AsyncConnection
+
+from contentsvc.journal import events as ev
+from contentsvc.journal.events import JournalEvent, NewEvent
+from contentsvc.journal.store import PROGRESS_CHANNEL, append, read_after
+from contentsvc.journal.store import transaction as journal_transaction
+from contentsvc.logging import get_logger
+from contentsvc.search import generations
+from contentsvc.search.lexical_index import LexicalWriter
+from projectors.runner import checkpoint_of
+
+log = get_logger("contentsvc.projector.lexical")
+
+KIND = "lexical"
+
+
+def availability_event(e: JournalEvent, state: str, searchable: bool) -> NewEvent:
+    p = e.payload
+    return NewEvent(
+        kind=ev.RECORD_AVAILABILITY_CHANGED,
+        org_id=e.org_id,
+        corpus_id=e.corpus_id,
+        subject_type="record",
+        subject_id=p["record_id"],
+        version_id=p["version_id"],
+        receipt_id=p["receipt_id"],
+        payload={"record_id": p["record_id"], "version_id": p["version_id"], "is_current": True,
+                 "state": state, "searchable": searchable},
+    )
+
+
+def apply_to_index(writer: LexicalWriter, events: list[JournalEvent]) -> None:
+    for e in events:
+        if e.kind == ev.RECORD_ACCEPTED:
+            p = e.payload
+            writer.remove_record(p["record_id"])
+            writer.add_version(e.org_id, p["source"]["corpus_id"], p["source"]["namespace"], p["record_id"],
+                               p["version_id"], p["manifest"])
+        elif e.kind == ev.RECORD_WITHDRAWN:
+            writer.remove_record(e.payload["record_id"])
+
+
+def still_current(events: list[JournalEvent]) -> list[JournalEvent]:
+    """record.accepted events whose Version is still its Record's latest at the end of the batch."""
+    latest: dict[str, JournalEvent | None] = {}
+    for e in events:
+        if e.kind == ev.RECORD_ACCEPTED:
+            latest[e.payload["record_id"]] = e
+        elif e.kind == ev.RECORD_WITHDRAWN:
+            latest[e.payload["record_id"]] = None
+    return [e for e in latest.values() if e is not None]
+
+
+class LexicalProjector:
+    name = KIND
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.generation: generations.Generation | None = None
+        self.writer: LexicalWriter | None = None
+        self.position = 0  # what the index reflects
+        self.published = 0  # what availability events were published for
+
+    async def _open_serving(self, conn: AsyncConnection) -> None:
+        generation = await generations.serving_or_first(conn, KIND)
+        if self.generation and generation.generation_id == self.generation.generation_id:
+            return
+        if self.writer:
+            self.writer.close()
+        self.generation = generation
+        self.writer = LexicalWriter(generation.path(self.home))
+        async with conn.transaction():
+            self.published = await checkpoint_of(conn, generation.checkpoint_name)
+        self.position = min(self.writer.checkpoint(), self.published)
+        log.info("lexical_generation_open", generation=generation.generation_id,
+                 index_position=self.position, published=self.published)
+
+    async def step(self, conn: AsyncConnection, batch_size: int) -> int:
+        await self._open_serving(conn)
+        generation, writer = self.generation, self.writer
+        async with conn.transaction():
+            events = await read_after(conn, self.position, batch_size)
+            cur = await conn.execute("SELECT announced, state FROM search_generations WHERE generation_id = %s",
+                                     (generation.generation_id,))
+            announced, state = await cur.fetchone()
+        if state != "serving":  # a cutover happened: serve the new one next step
+            self.generation = None
+            return 0
+        if not events:
+            return 0
+        last = events[-1].position
+        fresh = [e for e in events if e.kind == ev.RECORD_ACCEPTED and e.position > max(announced, self.published)]
+        if fresh:
+            async with journal_transaction(conn):
+                await append(conn, [availability_event(e, "building_baseline", False) for e in fresh])
+                await conn.execute("UPDATE search_generations SET announced = %s WHERE generation_id = %s",
+                                   (last, generation.generation_id))
+
+        if any(e.kind in (ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN) for e in events):
+            apply_to_index(writer, events)
+            writer.commit(last)
+
+        async with journal_transaction(conn):
+            cur = await conn.execute("SELECT state FROM search_generations WHERE generation_id = %s FOR UPDATE",
+                                     (generation.generation_id,))
+            if (await cur.fetchone())[0] == "serving":
+                ready = [e for e in still_current(events) if e.position > self.published]
+                await append(conn, [availability_event(e, "retrieval_ready", True) for e in ready])
+                await conn.execute(
+                    "UPDATE projector_checkpoints SET position = greatest(position, %s), updated_at = now()"
+                    " WHERE name = %s", (last, generation.checkpoint_name))
+                await conn.execute("SELECT pg_notify(%s, %s)", (PROGRESS_CHANNEL, KIND))
+        self.position = last
+        self.published = max(self.published, last)
+        return len(events)

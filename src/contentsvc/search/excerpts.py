@@ -1,0 +1,53 @@
+"""Excerpts in Unicode code points: `text == part_text[start:end]`, half-open.
+
+Tantivy's own snippets give UTF-8 byte ranges relative to a fragment, so
+the excerpt is computed here from the stored Part text: words are matched
+with the index's analyzer (same stemming and stop words), and the window
+holding the most distinct query terms wins.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from contentsvc.search.lexical_index import _analyzer
+
+WINDOW = 240  # code points
+_WORD = re.compile(r"\w+", re.UNICODE)
+_ANALYZER = _analyzer()
+
+
+@lru_cache(maxsize=65536)
+def _terms(word: str) -> tuple[str, ...]:
+    return tuple(_ANALYZER.analyze(word))
+
+
+def query_terms(query: str) -> frozenset[str]:
+    return frozenset(t for w in _WORD.findall(query) for t in _terms(w.lower()))
+
+
+def excerpt(text: str, terms: frozenset[str], *, offset: int = 0, window: int = WINDOW) -> tuple[int, int]:
+    """The [start, end) of the best window of `text`, shifted by `offset`."""
+    if len(text) <= window:
+        return offset, offset + len(text)
+    hits = [(m.start(), m.end(), t) for m in _WORD.finditer(text) for t in _terms(m.group().lower()) if t in terms]
+    best_start, best_score = 0, 0
+    j = 0
+    for i, (start, _, _) in enumerate(hits):
+        while hits[j][0] < start - window + 1 and j < i:
+            j += 1
+        # hits[j..i] all start within a window ending at hits[i]
+        seen = {t for _, end, t in hits[j:i + 1] if end - hits[j][0] <= window}
+        if len(seen) > best_score:
+            best_score, best_start = len(seen), hits[j][0]
+    start = best_start
+    if start > 0:  # show a little context before the first match, at a word boundary
+        lead = max(0, start - window // 4)
+        boundary = text.find(" ", lead, start)
+        start = boundary + 1 if boundary >= 0 else lead
+    end = min(len(text), start + window)
+    if end < len(text):
+        cut = text.rfind(" ", start + window // 2, end)
+        end = cut if cut > start else end
+    return offset + start, offset + end

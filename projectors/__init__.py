@@ -12,6 +12,8 @@ def registry() -> dict:
     from projectors.lexical import LexicalProjector
     from projectors.materializer import MaterializerProjector
     from projectors.readmodel import ReadModelProjector
+    from projectors.vectors import VectorProjector
 
     home = Settings.from_env().home
-    return {p.name: p for p in (MaterializerProjector(), ReadModelProjector(), LexicalProjector(home))}
+    projectors = (MaterializerProjector(), ReadModelProjector(), LexicalProjector(home), VectorProjector(home))
+    return {p.name: p for p in projectors}

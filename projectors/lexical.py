@@ -61,18 +61,20 @@ def apply_to_index(writer: LexicalWriter, events: list[JournalEvent]) -> None:
         if e.kind == ev.RECORD_ACCEPTED:
             p = e.payload
             writer.remove_record(p["record_id"])
-            writer.add_version(e.org_id, p["source"]["corpus_id"], p["source"]["namespace"], p["record_id"],
-                               p["version_id"], p["manifest"])
+            if not p.get("quarantined"):
+                writer.add_version(e.org_id, p["source"]["corpus_id"], p["source"]["namespace"], p["record_id"],
+                                   p["version_id"], p["manifest"])
         elif e.kind == ev.RECORD_WITHDRAWN:
             writer.remove_record(e.payload["record_id"])
 
 
 def still_current(events: list[JournalEvent]) -> list[JournalEvent]:
-    """record.accepted events whose Version is still its Record's latest at the end of the batch."""
+    """record.accepted events whose Version is still its Record's latest at the end of the batch
+    and can be searched (a quarantined Version never is)."""
     latest: dict[str, JournalEvent | None] = {}
     for e in events:
         if e.kind == ev.RECORD_ACCEPTED:
-            latest[e.payload["record_id"]] = e
+            latest[e.payload["record_id"]] = None if e.payload.get("quarantined") else e
         elif e.kind == ev.RECORD_WITHDRAWN:
             latest[e.payload["record_id"]] = None
     return [e for e in latest.values() if e is not None]
@@ -116,12 +118,22 @@ class LexicalProjector:
         if not events:
             return 0
         last = events[-1].position
-        fresh = [e for e in events if e.kind == ev.RECORD_ACCEPTED and e.position > max(announced, self.published)]
+        fresh = [e for e in events if e.kind == ev.RECORD_ACCEPTED and not e.payload.get("quarantined")
+                 and e.position > max(announced, self.published)]
         if fresh:
             async with journal_transaction(conn):
-                await append(conn, [availability_event(e, "building_baseline", False) for e in fresh])
+                # The generation row first, then the journal lock (in append), as the publishing
+                # step and a replay's cutover take them: a cutover cannot deadlock with this, and
+                # a generation retired meanwhile announces nothing (its successor will, once).
+                cur = await conn.execute(
+                    "SELECT state FROM search_generations WHERE generation_id = %s FOR UPDATE",
+                    (generation.generation_id,))
+                if (await cur.fetchone())[0] != "serving":
+                    self.generation = None
+                    return 0
                 await conn.execute("UPDATE search_generations SET announced = %s WHERE generation_id = %s",
                                    (last, generation.generation_id))
+                await append(conn, [availability_event(e, "building_baseline", False) for e in fresh])
 
         if any(e.kind in (ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN) for e in events):
             apply_to_index(writer, events)

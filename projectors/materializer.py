@@ -8,6 +8,17 @@ Its decisions need a consistent view of every identity's current Version,
 so it keeps that state itself (materializer_identities), written in the
 same transaction: created when the normalized content is new, duplicate
 when it equals the current Version's, conflict after a withdrawal.
+
+Blob content goes through the built-in text path: the Blob's bytes are read
+from the blob store and checked against the SHA-256 and size verified at
+acceptance (carried by ingest.accepted), decoded with the charset of the
+media type and published as a text Part. A Blob that is no longer the
+verified input (missing, altered) quarantines the Version with
+`input_unverified`; bytes the text path cannot read quarantine it with
+`normalizer_failed`. Either way the Receipt resolves `created` with the
+diagnostic, and the quarantined Version keeps the Blob reference as its
+manifest. What is decided goes into the events appended in the batch's
+transaction, so a crash before the commit decides again from scratch.
 """
 
 from __future__ import annotations
@@ -15,9 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import hashlib
+from typing import Any
+
 from psycopg import AsyncConnection
 
-from contentsvc.domain.normalize import build_manifest, manifest_digest
+from contentsvc.blobstore import BlobStore, FilesystemBlobStore, read_chunks
+from contentsvc.config import MAX_TEXT_BLOB_BYTES, Settings
+from contentsvc.domain.normalize import TextPathError, blob_text, build_manifest, manifest_digest, text_route_refusal
 from contentsvc.ids import new_id
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
@@ -50,6 +66,15 @@ def _now() -> str:
 class MaterializerProjector:
     name = "materializer"
 
+    def __init__(self, blob_store: BlobStore | None = None) -> None:
+        self._blob_store = blob_store
+
+    @property
+    def blob_store(self) -> BlobStore:
+        if self._blob_store is None:  # CONTENTSVC_HOME/blobs, as the API writes them
+            self._blob_store = FilesystemBlobStore(Settings.from_env().blob_root)
+        return self._blob_store
+
     async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
         commands = [e for e in events if e.kind in (ev.INGEST_ACCEPTED, ev.WITHDRAWAL_ACCEPTED)]
         if not commands:
@@ -74,7 +99,7 @@ class MaterializerProjector:
         common = dict(org_id=e.org_id, corpus_id=key[1], receipt_id=receipt_id)
         if state is not None and state.withdrawn:
             return [self._resolved(common, "conflict", state.record_id, None, [RECORD_WITHDRAWN_DIAGNOSTIC])]
-        manifest = build_manifest(p["content"], p.get("title"))
+        manifest, diagnostics = self._normalize(p)
         digest = manifest_digest(manifest)
         if state is not None and state.current_digest == digest:
             return [self._resolved(common, "duplicate", state.record_id, state.current_version_id, [])]
@@ -100,15 +125,63 @@ class MaterializerProjector:
                     "accepted_at": p["accepted_at"],
                     "created_at": _now(),
                     "previous_version_id": previous,
+                    "diagnostics": diagnostics,
+                    "quarantined": bool(diagnostics),
                 },
                 **common,
             ),
-            self._availability(common, record_id, version_id, "materialized", True),
+            self._availability(common, record_id, version_id, "quarantined" if diagnostics else "materialized", True),
         ]
         if previous is not None:
             out.append(self._availability(common, record_id, previous, None, False))
-        out.append(self._resolved(common, "created", record_id, version_id, []))
+        out.append(self._resolved(common, "created", record_id, version_id, diagnostics))
         return out
+
+    def _normalize(self, p: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The Version's manifest and diagnostics: Blob Parts become text Parts, or the
+        Version is quarantined (manifest as accepted, one diagnostic)."""
+        manifest = build_manifest(p["content"], p.get("title"))
+        if not any(part["content"]["kind"] == "blob" for part in manifest["parts"]):
+            return manifest, []
+        parts = []
+        for part in manifest["parts"]:
+            content = part["content"]
+            if content["kind"] != "blob":
+                parts.append(part)
+                continue
+            try:
+                text = self._blob_text((p.get("blobs") or {}).get(content["blob_id"]), content)
+            except TextPathError as exc:
+                return manifest, [exc.diagnostic()]
+            parts.append({**part, "content": {"kind": "text", "text": text}})
+        return {"parts": parts}, []
+
+    def _blob_text(self, verified: dict[str, Any] | None, content: dict[str, Any]) -> str:
+        blob_id, media_type = content["blob_id"], content["media_type"]
+        if verified is None:
+            raise TextPathError("input_unverified", f"Blob {blob_id} was not a verified input at acceptance.")
+        refusal = text_route_refusal(media_type)
+        if refusal is not None:
+            raise TextPathError("normalizer_unrouted", refusal)
+        if verified["size_bytes"] > MAX_TEXT_BLOB_BYTES:
+            raise TextPathError("normalizer_failed", f"Blob {blob_id} has {verified['size_bytes']} bytes; the built-in "
+                                f"text path reads text Blobs of at most {MAX_TEXT_BLOB_BYTES} bytes.")
+        h, chunks, size = hashlib.sha256(), [], 0
+        try:
+            with self.blob_store.open_read(verified["storage_key"]) as reader:
+                for chunk in read_chunks(reader):
+                    size += len(chunk)
+                    if size > verified["size_bytes"]:
+                        break
+                    h.update(chunk)
+                    chunks.append(chunk)
+        except (OSError, ValueError) as exc:
+            raise TextPathError("input_unverified", f"Blob {blob_id} cannot be read from the blob store "
+                                f"({type(exc).__name__}).") from None
+        if size != verified["size_bytes"] or h.hexdigest() != verified["sha256"]:
+            raise TextPathError("input_unverified", f"Blob {blob_id} in the blob store is no longer the verified "
+                                "input (its size or SHA-256 changed).")
+        return blob_text(b"".join(chunks), media_type)
 
     def _withdraw(self, e: JournalEvent, identities: dict, key: tuple) -> list[NewEvent]:
         p = e.payload

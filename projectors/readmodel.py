@@ -2,8 +2,9 @@
 
 Input: corpus.created, ingest.accepted, withdrawal.accepted,
 record.accepted, record.withdrawn, record.availability_changed,
-receipt.resolved. Output: the corpora, receipts, records and versions
-tables, committed with the checkpoint.
+receipt.resolved, upload.created, upload.received, upload.verified,
+upload.failed. Output: the corpora, receipts, records, versions, uploads
+and blobs tables, committed with the checkpoint.
 
 Every statement is idempotent (insert-if-absent, or set to a value carried
 by the event), so the API may apply the same fold inline for rows that must
@@ -45,9 +46,9 @@ ON CONFLICT (record_id) DO UPDATE SET current_version_id = EXCLUDED.current_vers
 _VERSION = """
 INSERT INTO versions (version_id, record_id, org_id, corpus_id, receipt_id, manifest, provenance, extensions,
                       relations, accepted_at, created_at, diagnostics, availability_state, searchable)
-SELECT *, '[]'::jsonb, 'materialized', false
+SELECT *, 'materialized', false
 FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::jsonb[], %b::jsonb[],
-            %b::jsonb[], %b::timestamptz[], %b::timestamptz[])
+            %b::jsonb[], %b::timestamptz[], %b::timestamptz[], %b::jsonb[])
 ON CONFLICT DO NOTHING
 """
 _WITHDRAWN = """
@@ -55,10 +56,14 @@ INSERT INTO records (record_id, org_id, corpus_id, namespace, record_key, create
 SELECT *, true FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::timestamptz[])
 ON CONFLICT (record_id) DO UPDATE SET withdrawn = true
 """
+# Quarantine is terminal (part 1: reprocessing quarantined Versions is unavailable).
 _AVAILABILITY = """
 UPDATE versions v SET availability_state = u.state, searchable = u.searchable
 FROM unnest(%b::text[], %b::text[], %b::bool[]) AS u(version_id, state, searchable)
-WHERE v.version_id = u.version_id
+WHERE v.version_id = u.version_id AND v.availability_state <> 'quarantined'
+"""
+_ENRICHED = """
+UPDATE versions v SET enriched = true FROM unnest(%b::text[]) AS u(version_id) WHERE v.version_id = u.version_id
 """
 _RESOLVED = """
 UPDATE receipts r SET state = 'resolved', outcome = u.outcome, record_id = u.record_id, version_id = u.version_id,
@@ -66,6 +71,37 @@ UPDATE receipts r SET state = 'resolved', outcome = u.outcome, record_id = u.rec
 FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::timestamptz[])
      AS u(receipt_id, outcome, record_id, version_id, diagnostics, resolved_at)
 WHERE r.receipt_id = u.receipt_id
+"""
+# Uploads: each step moves a row only forward (`step`, see schema/005_uploads.sql).
+_UPLOAD_CREATED = """
+INSERT INTO uploads (upload_id, org_id, blob_id, media_type, size_bytes, sha256, filename, expires_at, created_at,
+                     state, step)
+SELECT *, 'awaiting_upload', 0
+FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::int8[], %b::text[], %b::text[],
+            %b::timestamptz[], %b::timestamptz[])
+ON CONFLICT DO NOTHING
+"""
+_UPLOAD_RECEIVED = """
+UPDATE uploads up SET state = 'verifying', step = 1, received_size = u.size, received_sha256 = u.sha256,
+                      storage_key = u.storage_key
+FROM unnest(%b::text[], %b::int8[], %b::text[], %b::text[]) AS u(upload_id, size, sha256, storage_key)
+WHERE up.upload_id = u.upload_id AND up.step < 1
+"""
+_UPLOAD_VERIFIED = """
+UPDATE uploads up SET state = 'verified', step = 2
+FROM unnest(%b::text[]) AS u(upload_id)
+WHERE up.upload_id = u.upload_id AND up.step < 2
+"""
+_BLOB = """
+INSERT INTO blobs (blob_id, org_id, upload_id, media_type, size_bytes, sha256, storage_key, created_at)
+SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::int8[], %b::text[], %b::text[],
+                     %b::timestamptz[])
+ON CONFLICT DO NOTHING
+"""
+_UPLOAD_FAILED = """
+UPDATE uploads up SET state = 'failed', step = 2, error = u.error
+FROM unnest(%b::text[], %b::jsonb[]) AS u(upload_id, error)
+WHERE up.upload_id = u.upload_id AND up.step < 2
 """
 
 
@@ -92,7 +128,7 @@ def _version(e) -> tuple:
     p = e.payload
     return (p["version_id"], p["record_id"], e.org_id, p["source"]["corpus_id"], p["receipt_id"],
             Jsonb(p["manifest"]), Jsonb(p["provenance"]), Jsonb(p["extensions"]) if p.get("extensions") else None,
-            Jsonb(p["relations"]), p["accepted_at"], p["created_at"])
+            Jsonb(p["relations"]), p["accepted_at"], p["created_at"], Jsonb(p.get("diagnostics") or []))
 
 
 def _withdrawn(e) -> tuple:
@@ -108,10 +144,49 @@ def _availability(e) -> tuple | None:
     return (p["version_id"], p["state"], p["searchable"])
 
 
+def _enriched(e) -> tuple:
+    return (e.payload["version_id"],)
+
+
 def _resolved(e) -> tuple:
     p = e.payload
     return (p["receipt_id"], p["outcome"], p["record_id"], p["version_id"], Jsonb(p["diagnostics"]),
             p["resolved_at"])
+
+
+def _upload_created(e) -> tuple:
+    p = e.payload
+    return (p["upload_id"], e.org_id, p["blob_id"], p["media_type"], p["size_bytes"], p["sha256"], p.get("filename"),
+            p["expires_at"], p["created_at"])
+
+
+def _upload_received(e) -> tuple:
+    p = e.payload
+    return (p["upload_id"], p["size_bytes"], p["sha256"], p.get("storage_key"))
+
+
+def _upload_verified(e) -> tuple:
+    return (e.payload["upload_id"],)
+
+
+def _blob(e) -> tuple:
+    p = e.payload
+    return (p["blob_id"], e.org_id, p["upload_id"], p["media_type"], p["size_bytes"], p["sha256"], p["storage_key"],
+            p["verified_at"])
+
+
+def _upload_failed(e) -> tuple:
+    p = e.payload
+    return (p["upload_id"], Jsonb(p["error"]))
+
+
+def _quarantine_sticks(earlier: tuple, later: tuple) -> tuple:
+    # The last availability wins, except that nothing moves a Version out of quarantine.
+    return earlier if earlier[1] == "quarantined" else later
+
+
+def _first_wins(earlier: tuple, later: tuple) -> tuple:
+    return earlier
 
 
 def _last_wins(earlier: tuple, later: tuple) -> tuple:
@@ -130,8 +205,14 @@ FOLD_ORDER = [
     ({ev.RECORD_ACCEPTED}, _RECORD, _record, _later_version_first_creation),
     ({ev.RECORD_ACCEPTED}, _VERSION, _version, None),
     ({ev.RECORD_WITHDRAWN}, _WITHDRAWN, _withdrawn, _last_wins),
-    ({ev.RECORD_AVAILABILITY_CHANGED}, _AVAILABILITY, _availability, _last_wins),
+    ({ev.RECORD_AVAILABILITY_CHANGED}, _AVAILABILITY, _availability, _quarantine_sticks),
     ({ev.RECEIPT_RESOLVED}, _RESOLVED, _resolved, _last_wins),
+    ({ev.RECORD_ENRICHED}, _ENRICHED, _enriched, _last_wins),
+    ({ev.UPLOAD_CREATED}, _UPLOAD_CREATED, _upload_created, None),
+    ({ev.UPLOAD_RECEIVED}, _UPLOAD_RECEIVED, _upload_received, _first_wins),
+    ({ev.UPLOAD_VERIFIED}, _UPLOAD_VERIFIED, _upload_verified, _first_wins),
+    ({ev.UPLOAD_VERIFIED}, _BLOB, _blob, None),
+    ({ev.UPLOAD_FAILED}, _UPLOAD_FAILED, _upload_failed, _first_wins),
 ]
 FOLDED_KINDS = frozenset(kind for kinds, _, _, _ in FOLD_ORDER for kind in kinds)
 

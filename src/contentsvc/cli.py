@@ -126,8 +126,9 @@ def cmd_bench(args, settings: Settings) -> int:
 
 
 def cmd_mcp(args, settings: Settings) -> int:
-    print("The agent tool server is not available in this build yet.", file=sys.stderr)
-    return 2
+    from contentsvc.mcp.server import main as serve_mcp
+
+    return serve_mcp(args.profile)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -177,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_mcp)
 
     p = sub.add_parser("bench", help="run a benchmark suite and write bench/results/SUITE.json")
-    p.add_argument("suite", choices=["ingest"])
+    p.add_argument("suite", choices=["ingest", "search", "upload"])
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
     return parser

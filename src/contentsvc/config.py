@@ -31,6 +31,14 @@ class Settings:
     port: int
     change_retention_seconds: int
     idle_checkpoint_seconds: int
+    # Uploads and Blobs (part 1 rules 7, 8; "Limits": one Blob 1 GiB, configurable).
+    max_blob_bytes: int = 1024 * 1024 * 1024
+    upload_url_ttl_seconds: int = 3600
+
+    @property
+    def blob_root(self) -> Path:
+        """Where the filesystem blob store keeps its files (CONTENTSVC_HOME/blobs)."""
+        return self.home / "blobs"
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -41,6 +49,8 @@ class Settings:
             port=_int_env("CONTENTSVC_PORT", 8080),
             change_retention_seconds=_duration_env("CONTENTSVC_CHANGE_RETENTION", 7 * 86400),
             idle_checkpoint_seconds=_int_env("CONTENTSVC_STREAM_CHECKPOINT_SECONDS", 15),
+            max_blob_bytes=_int_env("CONTENTSVC_MAX_BLOB_BYTES", 1024 * 1024 * 1024),
+            upload_url_ttl_seconds=_duration_env("CONTENTSVC_UPLOAD_URL_TTL", 3600),
         )
 
 
@@ -55,3 +65,7 @@ RECORD_PAGE_DEFAULT = 100
 RECORD_PAGE_MAX = 100
 CHANGE_PAGE_DEFAULT = 100
 CHANGE_PAGE_MAX = 1000
+
+# The built-in text path holds a text Blob's whole text in its Version's
+# manifest: larger text Blobs are quarantined (normalizer_failed).
+MAX_TEXT_BLOB_BYTES = 8 * 1024 * 1024

@@ -19,6 +19,8 @@ from contentsvc.errors import ApiError
 INGEST = "ingest"
 WITHDRAWAL = "withdrawal"
 CORPORA = "corpora"
+UPLOADS = "uploads"
+UPLOAD_CONFIRM = "upload_confirm"
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,14 @@ _PROCESSING_BY_AVAILABILITY = {
 }
 
 
-def _version_processing(state: str | None) -> ProcessingSummary:
-    """Live processing view of a Version from its availability (idle once searchable or quarantined)."""
+QUEUED_FOR_ENRICHMENT = ProcessingSummary(state="queued", phase="enrichment")
+
+
+def _version_processing(state: str | None, awaits_vectors: bool = False) -> ProcessingSummary:
+    """Live processing view of a Version: baseline until searchable, then enrichment until its
+    vectors exist (when its Corpus has a vector space), then idle."""
+    if state == "retrieval_ready" and awaits_vectors:
+        return QUEUED_FOR_ENRICHMENT
     return _PROCESSING_BY_AVAILABILITY.get(state or "", IDLE)
 
 
@@ -55,10 +61,12 @@ def _version_processing(state: str | None) -> ProcessingSummary:
 _RECEIPT_SQL = """
 SELECT r.receipt_id, r.corpus_id, r.namespace, r.record_key, r.state, r.outcome, r.record_id,
        r.version_id, r.diagnostics, v.availability_state, v.searchable,
+       (NOT v.enriched AND c.vector_spaces <> '[]'::jsonb) AS awaits_vectors,
        (rec.current_version_id = r.version_id AND NOT rec.withdrawn) AS is_current
 FROM receipts r
 LEFT JOIN versions v ON v.version_id = r.version_id
 LEFT JOIN records rec ON rec.record_id = r.record_id
+LEFT JOIN corpora c ON c.org_id = r.org_id AND c.corpus_id = r.corpus_id
 WHERE r.receipt_id = ANY(%s) AND r.org_id = %s
 """
 
@@ -92,7 +100,8 @@ async def load_receipts(conn: AsyncConnection, p: Principal, receipt_ids: list[s
             else None,
             diagnostics=[Diagnostic(**d) for d in r["diagnostics"]] if may_read else [],
             source=SourceIdentityView(corpus_id=r["corpus_id"], namespace=r["namespace"], record_key=r["record_key"]),
-            processing=(_version_processing(r["availability_state"]) if resolved else QUEUED_FOR_MATERIALIZATION),
+            processing=(_version_processing(r["availability_state"], bool(r["awaits_vectors"])) if resolved
+                        else QUEUED_FOR_MATERIALIZATION),
         )
     return out
 
@@ -175,6 +184,8 @@ async def load_version(conn: AsyncConnection, p: Principal, record_id: str, vers
     cur = conn.cursor(row_factory=dict_row)
     await cur.execute(
         "SELECT v.*, rec.namespace, rec.record_key,"
+        "       (NOT v.enriched AND EXISTS (SELECT 1 FROM corpora c WHERE c.org_id = v.org_id"
+        "        AND c.corpus_id = v.corpus_id AND c.vector_spaces <> '[]'::jsonb)) AS awaits_vectors,"
         "       (rec.current_version_id = v.version_id AND NOT rec.withdrawn) AS is_current"
         " FROM versions v JOIN records rec ON rec.record_id = v.record_id"
         " WHERE v.version_id = %s AND v.record_id = %s AND v.org_id = %s",
@@ -189,7 +200,7 @@ async def load_version(conn: AsyncConnection, p: Principal, record_id: str, vers
         source=SourceIdentityView(corpus_id=v["corpus_id"], namespace=v["namespace"], record_key=v["record_key"]),
         availability=_availability(v["availability_state"], v["searchable"], bool(v["is_current"])),
         manifest=v["manifest"],
-        processing=_version_processing(v["availability_state"]),
+        processing=_version_processing(v["availability_state"], v["awaits_vectors"]),
         relations=await _expand_relations(conn, p, v["relations"]),
         provenance=v["provenance"],
         extensions=v["extensions"],

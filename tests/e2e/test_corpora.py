@@ -55,7 +55,7 @@ def test_create_corpus_then_replay(api):
                            "vector_spaces"}
     assert corpus["corpus_id"] == corpus_id and corpus["name"] == "Papers"
     assert corpus["projection_generation_id"].startswith("gen_")
-    assert corpus["vector_spaces"] == []
+    assert corpus["vector_spaces"] == ["minilm_l6_v2"]  # the engine's space, on by default
     # decisions.md Corpora: default retrieval is profile "default" with fields title and body.
     assert corpus["retrieval"]["plugin_profile"] == "default"
     assert [f["name"] for f in corpus["retrieval"]["fields"]] == ["title", "body"]

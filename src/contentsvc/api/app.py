@@ -13,6 +13,7 @@ from litestar.exceptions import HTTPException
 from psycopg_pool import PoolTimeout
 
 from contentsvc.api import changes, corpora, health, openapi, receipts, records, search
+from contentsvc.api import uploads
 from contentsvc.api.http import Services
 from contentsvc.changefeed import FEED_PROJECTOR, FeedTicker
 from contentsvc.config import MAX_BATCH_BYTES, Settings
@@ -22,7 +23,7 @@ from contentsvc.errors import ApiError, storage_unavailable
 from contentsvc.ids import new_id
 from contentsvc.journal.store import PROGRESS_CHANNEL
 from contentsvc.logging import get_logger
-from contentsvc.search.service import LexicalSearcher
+from contentsvc.search.service import LexicalSearcher, VectorSearcher
 from projectors.lexical import KIND as LEXICAL_PROJECTOR
 
 log = get_logger("contentsvc.api")
@@ -129,7 +130,7 @@ def create_app(settings: Settings, database_url: str) -> Litestar:
             secret = bytes((await cur.fetchone())[0])
         feed_moved, lexical_moved = FeedTicker(), FeedTicker()
         app.state.services = Services(settings, pool, CursorCodec(secret), feed_moved,
-                                      LexicalSearcher(settings.home, lexical_moved))
+                                      LexicalSearcher(settings.home, lexical_moved), VectorSearcher(settings.home))
         listener = asyncio.create_task(_listen(database_url, feed_moved, lexical_moved))
         try:
             yield
@@ -140,6 +141,7 @@ def create_app(settings: Settings, database_url: str) -> Litestar:
     return Litestar(
         route_handlers=[
             *records.ROUTES, *receipts.ROUTES, *search.ROUTES, *corpora.ROUTES, *changes.ROUTES, *health.ROUTES, *openapi.ROUTES,
+            *uploads.ROUTES,
         ],
         lifespan=[lifespan],
         exception_handlers={

@@ -17,7 +17,7 @@ from contentsvc.domain.decoding import decode_body
 from contentsvc.errors import ApiError, invalid_input
 
 if TYPE_CHECKING:
-    from contentsvc.search.service import LexicalSearcher
+    from contentsvc.search.service import LexicalSearcher, VectorSearcher
 
 T = TypeVar("T")
 
@@ -31,6 +31,7 @@ class Services:
     cursors: CursorCodec
     feed_moved: FeedTicker  # bumped when the read model commits (LISTEN)
     lexical: LexicalSearcher  # the serving lexical generation, reloaded when the lexical projector commits
+    vectors: VectorSearcher  # the serving vector generation's snapshot and the query embedder
 
 
 def services(request: Request) -> Services:

@@ -34,6 +34,13 @@ OPERATIONS: list[tuple[str, str, str, str | None, type | None, dict[int, type], 
     ("streamChanges", "get", "/v0/changes/stream", "changes:read", None, {200: None},
      [("corpus_id", "string", True), ("cursor", "string", False)]),
     ("getHealth", "get", "/v0/health", "", None, {200: m.Health}, []),
+    ("createUpload", "post", "/v0/uploads", "blobs:write", m.UploadRequest, {201: m.Upload, 200: m.Upload}, []),
+    # The presigned PUT: no API key; the body is the raw bytes, with the Upload's put_headers.
+    ("putUploadContent", "put", "/v0/uploads/{upload_id}/content", "", None, {200: m.Upload},
+     [("expires", "integer", True), ("signature", "string", True)]),
+    ("confirmUpload", "post", "/v0/uploads/{upload_id}/confirm", "blobs:write", m.ActionRequest, {202: m.Upload}, []),
+    ("getUpload", "get", "/v0/uploads/{upload_id}", "blobs:read", None, {200: m.Upload}, []),
+    ("getBlob", "get", "/v0/blobs/{blob_id}", "blobs:read", None, {200: m.Blob}, []),
 ]
 
 

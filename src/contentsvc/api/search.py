@@ -6,10 +6,10 @@ from litestar import Request, Response, get, post
 
 from contentsvc.api.http import authenticate, read_json, respond, services
 from contentsvc.config import MAX_INGEST_BYTES
-from contentsvc.domain.models import SearchProfileList, SearchRequest
+from contentsvc.domain.models import SearchProfileList, SearchRequest, VectorSpace, VectorSpaceList
 from contentsvc.errors import not_found
-from contentsvc.readviews import existing_corpora
-from contentsvc.search import service
+from contentsvc.search import service, vector_index
+from contentsvc.search.embedding import DIMENSIONS, METRIC, MODEL_NAME
 
 
 @post("/v0/search", operation_id="searchRecords", status_code=200)
@@ -18,7 +18,7 @@ async def search_records(request: Request) -> Response:
     req = await read_json(request, SearchRequest, MAX_INGEST_BYTES)
     svc = services(request)
     async with svc.pool.connection() as conn:
-        result = await service.search(conn, svc.lexical, p, req)
+        result = await service.search(conn, svc.lexical, svc.vectors, p, req)
     return respond(result)
 
 
@@ -34,9 +34,24 @@ async def list_vector_spaces(request: Request, corpus_id: str) -> Response:
     if not p.covers(corpus_id):
         raise not_found("corpus")
     async with services(request).pool.connection() as conn:
-        if not await existing_corpora(conn, p.org_id, [corpus_id]):
+        cur = await conn.execute("SELECT vector_spaces FROM corpora WHERE org_id = %s AND corpus_id = %s",
+                                 (p.org_id, corpus_id))
+        row = await cur.fetchone()
+        if row is None:
             raise not_found("corpus")
-    return respond({"items": []})  # the engine's vector space is not enabled in this build
+        items = []
+        if vector_index.SPACE in row[0]:
+            # Coverage: current segments holding a vector in this space.
+            cur = await conn.execute(
+                "SELECT count(*) FROM vectors x JOIN records r ON r.record_id = x.record_id"
+                " WHERE x.space = %s AND x.org_id = %s AND x.corpus_id = %s"
+                " AND r.current_version_id = x.version_id AND NOT r.withdrawn",
+                (vector_index.SPACE, p.org_id, corpus_id))
+            items.append(VectorSpace(
+                name=vector_index.SPACE, owner="engine", model=MODEL_NAME, dimensions=DIMENSIONS, metric=METRIC,
+                indexed_modalities=["text"], query_modalities=["text"], role="served",
+                coverage=(await cur.fetchone())[0]))
+    return respond(VectorSpaceList(items=items))
 
 
 ROUTES = [search_records, list_search_profiles, list_vector_spaces]

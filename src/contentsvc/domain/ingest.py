@@ -1,7 +1,9 @@
 """Ingest and withdrawal commands become journal events (pure).
 
 Acceptance checks the command against what it can see without history
-(shape, Part keys); the materializer decides the outcome later, in journal
+(shape, Part keys, whether a route reads each Blob's media type); the
+command transaction then checks that each referenced Blob is verified
+(commands.py); the materializer decides the outcome later, in journal
 order.
 """
 
@@ -12,6 +14,7 @@ from typing import Any
 import msgspec
 
 from contentsvc.domain.models import BlobContent, IngestCommand, ManifestContent, WithdrawalCommand
+from contentsvc.domain.normalize import text_route_refusal
 from contentsvc.errors import ApiError
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import NewEvent
@@ -29,20 +32,34 @@ def check_ingest(cmd: IngestCommand) -> None:
                 raise ApiError(422, "invalid_schema", "parent_key must name an earlier Part.",
                                field=f"/content/parts/{i}/parent_key")
             seen.add(part.key)
-            if isinstance(part.content, BlobContent):
-                raise _unverified(f"/content/parts/{i}/content/blob_id")
         if cmd.title is not None and "title" in seen:
             raise ApiError(422, "invalid_schema", "A title is given and a Part is already keyed 'title'.",
                            field="/title")
-    elif isinstance(cmd.content, BlobContent):
-        raise _unverified("/content/blob_id")
+    for pointer, blob in blob_references(cmd):
+        refusal = text_route_refusal(blob.media_type)
+        if refusal is not None:
+            raise ApiError(422, "unsupported_media_type", refusal, field=f"{pointer}/media_type")
 
 
-def _unverified(field: str) -> ApiError:
-    return ApiError(422, "unverified_blob", "The referenced Blob is unknown or not verified.", field=field)
+def blob_references(cmd: IngestCommand) -> list[tuple[str, BlobContent]]:
+    """(JSON Pointer of the BlobContent, the BlobContent) for each Blob the command references."""
+    if isinstance(cmd.content, BlobContent):
+        return [("/content", cmd.content)]
+    if isinstance(cmd.content, ManifestContent):
+        return [(f"/content/parts/{i}/content", part.content) for i, part in enumerate(cmd.content.parts)
+                if isinstance(part.content, BlobContent)]
+    return []
 
 
-def ingest_accepted(org_id: str, cmd: IngestCommand, receipt_id: str, accepted_at: str) -> NewEvent:
+def unverified_blob(field: str) -> ApiError:
+    return ApiError(422, "unverified_blob", "The referenced Blob is unknown or not verified: create an upload, PUT "
+                    "its bytes, confirm it and poll until it is verified.", field=field)
+
+
+def ingest_accepted(org_id: str, cmd: IngestCommand, receipt_id: str, accepted_at: str,
+                    blobs: dict[str, dict[str, Any]] | None = None) -> NewEvent:
+    """blobs: the verified Blobs the command references, by blob_id (sha256, size_bytes, storage_key),
+    so that the materializer can tell whether a Blob is still the verified accepted input."""
     provenance: dict[str, Any] = msgspec.to_builtins(cmd.provenance) if cmd.provenance else {"origin": "client"}
     provenance["accepted_at"] = accepted_at
     return NewEvent(
@@ -61,6 +78,7 @@ def ingest_accepted(org_id: str, cmd: IngestCommand, receipt_id: str, accepted_a
             "extensions": msgspec.to_builtins(cmd.extensions) if cmd.extensions else None,
             "relations": msgspec.to_builtins(cmd.relations or []),
             "accepted_at": accepted_at,
+            **({"blobs": blobs} if blobs else {}),
         },
     )
 

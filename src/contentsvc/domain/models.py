@@ -336,3 +336,66 @@ class SearchProfile(Output, kw_only=True):
 
 class SearchProfileList(Output, kw_only=True):
     items: list[SearchProfile]
+
+
+# ---------------------------------------------------------------- uploads and blobs
+
+# type/subtype with optional parameters (RFC 9110 tokens; quoted values allowed).
+_TOKEN = r"[A-Za-z0-9!#$%&'*+.^_`|~-]+"
+MediaType = Annotated[
+    str,
+    Meta(
+        max_length=255,
+        pattern=rf'^{_TOKEN}/{_TOKEN}(\s*;\s*{_TOKEN}=({_TOKEN}|"[^"\\\r\n]*"))*$',
+    ),
+]
+Sha256Hex = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
+
+
+class UploadRequest(Input, kw_only=True):
+    idempotency_key: NonEmpty
+    media_type: MediaType
+    size_bytes: Annotated[int, Meta(ge=1)]  # the upper bound is the configured Blob limit (413)
+    sha256: Sha256Hex
+    filename: Annotated[str, Meta(min_length=1, max_length=255)] | None = None
+
+
+class ActionRequest(Input, kw_only=True):
+    idempotency_key: NonEmpty | None = None
+
+
+class Upload(Output, kw_only=True):
+    upload_id: str
+    state: Literal["awaiting_upload", "verifying", "verified", "failed"]
+    put_url: str
+    put_headers: dict[str, str]
+    expires_at: str
+    media_type: str
+    size_bytes: int
+    sha256: str
+    blob_id: str | None = None
+    error: Error | None = None
+
+
+class Blob(Output, kw_only=True):
+    blob_id: str
+    media_type: str
+    size_bytes: int
+    sha256: str
+    created_at: str
+
+
+class VectorSpace(Output, kw_only=True):
+    name: str
+    owner: str  # "engine" or an ingestion plugin id
+    model: str
+    dimensions: int
+    metric: str
+    indexed_modalities: list[str]
+    query_modalities: list[str]
+    role: Literal["served", "evaluation"]
+    coverage: int  # current segments holding a vector in this space
+
+
+class VectorSpaceList(Output, kw_only=True):
+    items: list[VectorSpace]

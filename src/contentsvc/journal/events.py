@@ -18,6 +18,15 @@ from contentsvc.ids import new_id
 INGEST_ACCEPTED = "ingest.accepted"
 WITHDRAWAL_ACCEPTED = "withdrawal.accepted"
 
+# Search enrichment (internal: the change feed shows availability moves only).
+RECORD_ENRICHED = "record.enriched"
+
+# Uploads (internal: an upload belongs to no Corpus, so no change feed shows it).
+UPLOAD_CREATED = "upload.created"
+UPLOAD_RECEIVED = "upload.received"
+UPLOAD_VERIFIED = "upload.verified"
+UPLOAD_FAILED = "upload.failed"
+
 # Public facts (the change feed's kinds for part 1).
 CORPUS_CREATED = "corpus.created"
 CORPUS_RETRIEVAL_CHANGED = "corpus.retrieval_changed"

@@ -9,6 +9,7 @@ holding the most distinct query terms wins.
 from __future__ import annotations
 
 import re
+import unicodedata
 from functools import lru_cache
 
 from contentsvc.search.lexical_index import _analyzer
@@ -24,6 +25,7 @@ def _terms(word: str) -> tuple[str, ...]:
 
 
 def query_terms(query: str) -> frozenset[str]:
+    query = unicodedata.normalize("NFC", query)  # as the indexed texts are
     return frozenset(t for w in _WORD.findall(query) for t in _terms(w.lower()))
 
 

@@ -10,6 +10,7 @@ last commit contains, so a generation knows how far it got.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,9 +84,27 @@ def segments_of(manifest: dict) -> tuple[str, list[Segment]]:
     out: list[Segment] = []
     for p in bodies:
         text = p["content"]["text"]
-        for start in range(0, max(len(text), 1), SEGMENT_CHARS):
-            out.append(Segment(p["key"], start, text[start:start + SEGMENT_CHARS]))
+        start = 0
+        while True:
+            end = _segment_end(text, start)
+            out.append(Segment(p["key"], start, text[start:end]))
+            if end >= len(text):
+                break
+            start = end
     return title, out
+
+
+def _segment_end(text: str, start: int) -> int:
+    """Where the segment from `start` ends: at most SEGMENT_CHARS code points, cut after a
+    whitespace so that no word is split between two segments (it would be found in neither).
+    A hard cut only when the second half of the window holds no whitespace at all."""
+    end = start + SEGMENT_CHARS
+    if end >= len(text) or text[end - 1].isspace() or text[end].isspace():
+        return min(end, len(text))
+    for i in range(end - 1, start + SEGMENT_CHARS // 2, -1):
+        if text[i].isspace():
+            return i + 1
+    return end
 
 
 class LexicalWriter:
@@ -140,7 +159,10 @@ _QUERY_SYNTAX = re.compile(r"[^\w\s]+", re.UNICODE)
 
 
 def _terms_query(index: tantivy.Index, query_text: str) -> tantivy.Query | None:
-    words = _QUERY_SYNTAX.sub(" ", query_text).split()
+    # Texts are indexed NFC-normalized (as ingestion stores them), so the query is too. Words are
+    # lowercased before they reach the query parser: AND, OR, NOT and IN typed in a natural query
+    # are words to search, not operators (the analyzer lowercases anyway, so scores are unchanged).
+    words = _QUERY_SYNTAX.sub(" ", unicodedata.normalize("NFC", query_text).lower()).split()
     if not words:
         return None
     return index.parse_query(" ".join(words), ["title", "body"])

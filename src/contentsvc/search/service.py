@@ -28,7 +28,7 @@ from contentsvc.domain.models import (
 )
 from contentsvc.errors import ApiError, not_found
 from contentsvc.readviews import existing_corpora
-from contentsvc.search import generations, lexical_index
+from contentsvc.search import generations, lexical_index, vector_index
 from contentsvc.search.excerpts import excerpt, query_terms
 
 MAX_QUERY_CHARS = 8192
@@ -78,6 +78,46 @@ def lexical_index_kind() -> str:
     return "lexical"
 
 
+class VectorSearcher:
+    """The serving vector generation's latest hnswlib snapshot, and the query embedder."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self._file: str | None = None
+        self._index = None
+        self._embedder = None
+        self._lock = asyncio.Lock()
+
+    async def index(self, conn: AsyncConnection):
+        generation = await generations.serving(conn, "vectors")
+        if generation is None:
+            raise search_unavailable("no vector generation has been built yet")
+        directory = generation.path(self.home)
+        snapshot = vector_index.read_snapshot(directory)
+        if snapshot is None:
+            raise search_unavailable(f"vector generation {generation.generation_id} has no snapshot yet")
+        key = f"{generation.generation_id}/{snapshot.file}"
+        if key != self._file:
+            async with self._lock:
+                if key != self._file:
+                    self._index = await asyncio.to_thread(vector_index.load, directory, snapshot)
+                    self._file = key
+        return self._index
+
+    async def warm(self) -> None:
+        """Loads the query embedder once per process; search() calls it before its deadline starts."""
+        if self._embedder is None:
+            async with self._lock:
+                if self._embedder is None:
+                    from contentsvc.search.embedding import MiniLMEmbedder
+
+                    self._embedder = await asyncio.to_thread(MiniLMEmbedder)
+
+    async def embed(self, text: str):
+        await self.warm()
+        return await asyncio.to_thread(self._embedder.embed_query, text)
+
+
 @dataclass
 class Hydrated:
     version_id: str
@@ -91,12 +131,15 @@ SELECT v.version_id, v.record_id, v.corpus_id, v.manifest
 FROM versions v JOIN records r ON r.record_id = v.record_id
 WHERE v.version_id = ANY(%s) AND v.org_id = %s AND v.corpus_id = ANY(%s)
   AND r.current_version_id = v.version_id AND NOT r.withdrawn AND v.searchable
+  AND (%s::text[] IS NULL OR r.namespace = ANY(%s::text[]))
 """
 
 
-async def _hydrate(conn: AsyncConnection, org_id: str, corpus_ids: list[str], version_ids: list[str]) -> dict:
+async def _hydrate(conn: AsyncConnection, org_id: str, corpus_ids: list[str], version_ids: list[str],
+                   namespaces: list[str] | None = None) -> dict:
+    """The current, searchable, authorized Versions among the candidates, with their Part texts."""
     cur = conn.cursor(row_factory=dict_row)
-    await cur.execute(_HYDRATE, (version_ids, org_id, corpus_ids))
+    await cur.execute(_HYDRATE, (version_ids, org_id, corpus_ids, namespaces, namespaces))
     out = {}
     for row in await cur.fetchall():
         parts = {p["key"]: p["content"]["text"] for p in row["manifest"]["parts"] if p["content"].get("kind") == "text"}
@@ -123,17 +166,26 @@ def _validate(p: Principal, req: SearchRequest) -> SearchProfile:
     return profile
 
 
-async def search(conn: AsyncConnection, lexical: LexicalSearcher, p: Principal, req: SearchRequest) -> SearchResponse:
+async def search(conn: AsyncConnection, lexical: LexicalSearcher, vectors: VectorSearcher, p: Principal,
+                 req: SearchRequest) -> SearchResponse:
     profile = _validate(p, req)
-    known = await existing_corpora(conn, p.org_id, req.corpus_ids)
-    missing = [c for c in req.corpus_ids if c not in known]
+    cur = await conn.execute(
+        "SELECT corpus_id, vector_spaces FROM corpora WHERE org_id = %s AND corpus_id = ANY(%s)",
+        (p.org_id, req.corpus_ids))
+    spaces = {row[0]: row[1] for row in await cur.fetchall()}
+    missing = [c for c in req.corpus_ids if c not in spaces]
     if missing:
         raise not_found(f"corpus {missing[0]!r}")
-    if req.mode == "semantic":
-        raise ApiError(422, "unsupported_search",
-                       "Semantic search needs a vector space; these Corpora have none.", field="/mode")
+    with_vectors = [c for c in req.corpus_ids if vector_index.SPACE in spaces[c]]
+    if req.mode == "semantic" and len(with_vectors) < len(req.corpus_ids):
+        without = next(c for c in req.corpus_ids if c not in with_vectors)
+        raise ApiError(422, "unsupported_search", f"Corpus {without!r} has no vector space; semantic search"
+                       " needs one (use lexical or hybrid).", field="/mode")
+    if with_vectors and req.mode in ("semantic", "hybrid"):
+        await vectors.warm()  # a process's first load of the model is not this search's latency
     try:
-        items = await asyncio.wait_for(_lexical_hits(conn, lexical, p, req), profile.max_latency_ms / 1000)
+        items = await asyncio.wait_for(_hits(conn, lexical, vectors, p, req, with_vectors),
+                                       profile.max_latency_ms / 1000)
     except asyncio.TimeoutError:
         raise ApiError(504, "search_deadline_exceeded",
                        f"The search took longer than the profile's {profile.max_latency_ms} ms.",
@@ -141,31 +193,107 @@ async def search(conn: AsyncConnection, lexical: LexicalSearcher, p: Principal, 
     return SearchResponse(items=items, retrieval_profile=ProfileRef(name=profile.name, version=profile.version))
 
 
-async def _lexical_hits(conn: AsyncConnection, lexical: LexicalSearcher, p: Principal,
-                        req: SearchRequest) -> list[SearchHit]:
-    index = await lexical.index(conn)
-    namespaces = req.filter.source_namespaces if req.filter else None
-    terms = query_terms(req.query)
-    wanted = req.limit * 3 + 10
+@dataclass
+class Ranked:
+    """One Version's best segment from one retriever, in rank order."""
+
+    version_id: str
+    record_id: str
+    part_key: str
+    segment_start: int
+    score: float
+
+
+async def _ranked(conn: AsyncConnection, p: Principal, req: SearchRequest, fetch, wanted: int) -> tuple[list, dict]:
+    """Candidates from `fetch(n)`, hydrated and collapsed per Version, asking for more when
+    too many were stale (up to CANDIDATE_ROUNDS)."""
+    hydrated: dict = {}
+    best: dict[str, Ranked] = {}
     for _ in range(CANDIDATE_ROUNDS):
-        candidates = await asyncio.to_thread(
-            lexical_index.search, index, p.org_id, req.corpus_ids, req.query, wanted, namespaces)
-        hydrated = await _hydrate(conn, p.org_id, req.corpus_ids, list({c.version_id for c in candidates}))
-        best: dict[str, lexical_index.Candidate] = {}
+        candidates = await fetch(wanted)
+        hydrated = await _hydrate(conn, p.org_id, req.corpus_ids, list({c.version_id for c in candidates}),
+                                  req.filter.source_namespaces if req.filter else None)
+        best = {}
         for c in candidates:  # best segment per Version, in score order
             if c.version_id in hydrated and c.version_id not in best:
                 best[c.version_id] = c
         if len(best) >= req.limit or len(candidates) < wanted:
             break
-        wanted *= 4  # many stale candidates: ask the index for more
+        wanted *= 4
+    return list(best.values()), hydrated
+
+
+async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: VectorSearcher, p: Principal,
+                req: SearchRequest, with_vectors: list[str]) -> list[SearchHit]:
+    wanted = req.limit * 3 + 10
+    namespaces = req.filter.source_namespaces if req.filter else None
+    lexical_ranked, semantic_ranked, hydrated = [], [], {}
+    if req.mode in ("lexical", "hybrid"):
+        index = await lexical.index(conn)
+
+        async def fetch_lexical(n: int):
+            return await asyncio.to_thread(
+                lexical_index.search, index, p.org_id, req.corpus_ids, req.query, n, namespaces)
+
+        lexical_ranked, found = await _ranked(conn, p, req, fetch_lexical, wanted)
+        hydrated.update(found)
+    if req.mode in ("semantic", "hybrid") and with_vectors:
+        vindex = await vectors.index(conn)
+        query_vector = await vectors.embed(req.query)
+
+        async def fetch_semantic(n: int):
+            return await _semantic_candidates(conn, vindex, query_vector, n)
+
+        semantic_ranked, found = await _ranked(conn, p, req, fetch_semantic, wanted)
+        hydrated.update(found)
+
+    if req.mode == "hybrid":
+        fused = _reciprocal_rank_fusion(lexical_ranked, semantic_ranked)
+    else:
+        ranked = lexical_ranked or semantic_ranked
+        fused = [(r, r.score) for r in ranked]
+    lexical_rank = {r.version_id: i for i, r in enumerate(lexical_ranked, start=1)}
+    semantic_rank = {r.version_id: i for i, r in enumerate(semantic_ranked, start=1)}
+    terms = query_terms(req.query)
     hits = []
-    for rank, c in enumerate(list(best.values())[: req.limit], start=1):
-        text = hydrated[c.version_id].parts.get(c.part_key, "")
-        segment = text[c.segment_start: c.segment_start + lexical_index.SEGMENT_CHARS]
-        start, end = excerpt(segment, terms, offset=c.segment_start)
+    for rank, (r, score) in enumerate(fused[: req.limit], start=1):
+        text = hydrated[r.version_id].parts.get(r.part_key, "")
+        segment = text[r.segment_start: r.segment_start + lexical_index.SEGMENT_CHARS]
+        start, end = excerpt(segment, terms, offset=r.segment_start)
         hits.append(SearchHit(
-            rank=rank, record_id=c.record_id, version_id=c.version_id, part_key=c.part_key,
+            rank=rank, record_id=r.record_id, version_id=r.version_id, part_key=r.part_key,
             excerpt=Excerpt(text=text[start:end], start=start, end=end),
-            explanation=Explanation(lexical_rank=rank, score=round(c.score, 6)),
+            explanation=Explanation(lexical_rank=lexical_rank.get(r.version_id),
+                                    semantic_rank=semantic_rank.get(r.version_id), score=round(score, 6)),
         ))
     return hits
+
+
+def _reciprocal_rank_fusion(*rankings: list[Ranked]) -> list[tuple[Ranked, float]]:
+    """RRF (k = 60): each list adds 1 / (k + rank); the first list's segment cites the hit."""
+    scores: dict[str, float] = {}
+    first: dict[str, Ranked] = {}
+    for ranking in rankings:
+        for rank, r in enumerate(ranking, start=1):
+            scores[r.version_id] = scores.get(r.version_id, 0.0) + 1.0 / (RRF_K + rank)
+            first.setdefault(r.version_id, r)
+    order = sorted(scores, key=lambda v: -scores[v])
+    return [(first[v], scores[v]) for v in order]
+
+
+async def _semantic_candidates(conn: AsyncConnection, index, query_vector, n: int) -> list[Ranked]:
+    k = min(n, index.get_current_count())
+    while k > 0:
+        try:
+            labels, distances = await asyncio.to_thread(index.knn_query, query_vector, k)
+            break
+        except RuntimeError:  # hnswlib found fewer than k live elements (the count includes deleted ones)
+            k //= 2
+    if k == 0:
+        return []
+    labels, distances = [int(x) for x in labels[0]], [float(d) for d in distances[0]]
+    cur = await conn.execute(
+        "SELECT label, version_id, record_id, part_key, segment_start FROM vectors WHERE label = ANY(%s)", (labels,))
+    rows = {row[0]: row for row in await cur.fetchall()}
+    return [Ranked(rows[label][1], rows[label][2], rows[label][3], rows[label][4], 1.0 - distance)
+            for label, distance in zip(labels, distances) if label in rows]

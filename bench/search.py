@@ -1,0 +1,308 @@
+"""`contentsvc bench search`: relevance, latency, freshness and replay on SciFact.
+
+Ingests the SciFact corpus through the HTTP API into a service it starts,
+then scores the 300 test queries (only the query ids present in
+qrels/test.tsv, as SOURCE.md says) in lexical, semantic and hybrid mode
+through HTTP, next to a plain PostgreSQL full-text baseline (tsvector,
+GIN, ts_rank_cd) on the same documents and queries. Writes
+bench/results/search.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+import psycopg
+
+from bench.ingest import OwnService, latency_summary, machine_info, percentile
+
+DATASET = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "scifact"
+RESULTS = Path(__file__).resolve().parent / "results"
+CORPUS = "scifact"
+MODES = ("lexical", "semantic", "hybrid")
+PUBLISHED_BM25_NDCG10 = 0.665  # BEIR, Table 2 (SOURCE.md)
+API_MAX_LIMIT = 50
+
+
+def load_dataset(root: Path):
+    docs = [json.loads(line) for line in open(root / "corpus.jsonl")]
+    queries = {q["_id"]: q["text"] for q in map(json.loads, open(root / "queries.jsonl"))}
+    qrels: dict[str, dict[str, int]] = {}
+    for i, line in enumerate(open(root / "qrels" / "test.tsv")):
+        if i == 0:
+            continue
+        q, d, score = line.rstrip("\n").split("\t")
+        qrels.setdefault(q, {})[d] = int(score)
+    return docs, {q: queries[q] for q in qrels}, qrels
+
+
+def ndcg_at(ranked: list[str], rel: dict[str, int], k: int = 10) -> float:
+    dcg = sum((2 ** rel.get(d, 0) - 1) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
+    ideal = sorted(rel.values(), reverse=True)[:k]
+    idcg = sum((2 ** r - 1) / math.log2(i + 2) for i, r in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def recall_at(ranked: list[str], rel: dict[str, int], k: int) -> float:
+    return len(set(ranked[:k]) & set(rel)) / len(rel)
+
+
+def entry(doc: dict) -> dict:
+    return {"idempotency_key": f"scifact-{doc['_id']}",
+            "source": {"corpus_id": CORPUS, "namespace": "scifact", "record_key": doc["_id"]},
+            "title": doc["title"] or None, "content": {"kind": "text", "text": doc["text"] or doc["title"] or "-"}}
+
+
+async def ingest_all(client: httpx.AsyncClient, docs: list[dict]) -> float:
+    started = time.perf_counter()
+    sem = asyncio.Semaphore(4)
+
+    async def send(batch):
+        async with sem:
+            r = await client.post("/v0/records/batch", json={"entries": [entry(d) for d in batch]})
+            r.raise_for_status()
+
+    await asyncio.gather(*(send(docs[i:i + 100]) for i in range(0, len(docs), 100)))
+    return time.perf_counter() - started
+
+
+def wait_ready(database_url: str, n: int, cap_s: float) -> dict:
+    """Until every Version is searchable and enriched; returns the times each was reached."""
+    started = time.perf_counter()
+    out = {"searchable_s": None, "enriched_s": None}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        while time.perf_counter() - started < cap_s:
+            searchable, enriched = conn.execute(
+                "SELECT count(*) FILTER (WHERE searchable), count(*) FILTER (WHERE enriched) FROM versions"
+                " WHERE corpus_id = %s", (CORPUS,)).fetchone()
+            now = round(time.perf_counter() - started, 1)
+            if searchable >= n and out["searchable_s"] is None:
+                out["searchable_s"] = now
+            if enriched >= n:
+                out["enriched_s"] = now
+                break
+            print(f"\r[bench search] searchable {searchable}/{n}  enriched {enriched}/{n}", end="", file=sys.stderr)
+            time.sleep(1.0)
+    print(file=sys.stderr)
+    return out
+
+
+async def run_queries(client, queries: dict[str, str], mode: str, concurrency: int, id_of: dict[str, str]):
+    latencies: list[float] = []
+    rankings: dict[str, list[str]] = {}
+    errors = 0
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(qid: str, text: str):
+        nonlocal errors
+        async with sem:
+            t = time.perf_counter()
+            r = await client.post("/v0/search", json={"query": text[:8192], "corpus_ids": [CORPUS], "mode": mode,
+                                                     "limit": API_MAX_LIMIT})
+            latencies.append((time.perf_counter() - t) * 1000)
+            if r.status_code != 200:
+                errors += 1
+                return
+            rankings[qid] = [id_of[h["record_id"]] for h in r.json()["items"]]
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(q, t) for q, t in queries.items()))
+    return rankings, latencies, errors, time.perf_counter() - started
+
+
+def score(rankings: dict[str, list[str]], qrels: dict) -> dict:
+    n = len(qrels)
+    return {
+        "ndcg@10": round(sum(ndcg_at(rankings.get(q, []), rel) for q, rel in qrels.items()) / n, 4),
+        f"recall@{API_MAX_LIMIT}": round(sum(recall_at(rankings.get(q, []), rel, API_MAX_LIMIT)
+                                             for q, rel in qrels.items()) / n, 4),
+    }
+
+
+def postgres_fts(database_url: str, docs: list[dict], queries: dict, qrels: dict) -> dict:
+    """The alternative a user would pick: tsvector, GIN, ts_rank_cd, OR of the query's lexemes."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS bench_fts")
+        conn.execute("CREATE TABLE bench_fts (id text PRIMARY KEY, tsv tsvector)")
+        with conn.cursor().copy("COPY bench_fts (id, tsv) FROM STDIN") as copy:
+            for d in docs:
+                copy.write_row((d["_id"], None))
+        conn.execute("UPDATE bench_fts f SET tsv = to_tsvector('english', x.title || ' ' || x.text) FROM"
+                     " (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]) AS u(id, title, text)) x"
+                     " WHERE f.id = x.id", ([d["_id"] for d in docs], [d["title"] for d in docs],
+                                            [d["text"] for d in docs]))
+        conn.execute("CREATE INDEX ON bench_fts USING gin (tsv)")
+        conn.execute("ANALYZE bench_fts")
+        sql = ("WITH q AS (SELECT to_tsquery('english', coalesce(nullif(array_to_string("
+               "tsvector_to_array(to_tsvector('english', %s)), ' | '), ''), 'x')) AS q)"
+               " SELECT id FROM bench_fts, q WHERE tsv @@ q.q ORDER BY ts_rank_cd(tsv, q.q) DESC LIMIT %s")
+        rankings, latencies = {}, []
+        for qid, text in queries.items():
+            t = time.perf_counter()
+            rankings[qid] = [r[0] for r in conn.execute(sql, (text, API_MAX_LIMIT)).fetchall()]
+            latencies.append((time.perf_counter() - t) * 1000)
+        conn.execute("DROP TABLE bench_fts")
+    return {**score(rankings, qrels), "latency_c1": latency_summary(latencies)}
+
+
+async def freshness(client, seconds: float, rate: float) -> dict:
+    """202 -> searchable under a steady ingest: sample Receipts polled until searchable."""
+    samples: list[float] = []
+    pending: dict[str, float] = {}
+    stop = time.perf_counter() + seconds
+    n = 0
+
+    async def poll():
+        while pending or time.perf_counter() < stop:
+            for rid, t0 in list(pending.items()):
+                r = await client.get(f"/v0/ingestion-receipts/{rid}")
+                if r.status_code == 200 and (r.json().get("availability") or {}).get("searchable"):
+                    samples.append((time.perf_counter() - t0) * 1000)
+                    del pending[rid]
+            await asyncio.sleep(0.02)
+            if time.perf_counter() > stop + 30:
+                return
+
+    poller = asyncio.create_task(poll())
+    interval = 1.0 / rate
+    next_at = time.perf_counter()
+    tasks = []
+
+    async def send(i: int):
+        body = {"idempotency_key": f"fresh-{i}-{time.time_ns()}",
+                "source": {"corpus_id": "freshness", "namespace": "f", "record_key": f"f{i}"},
+                "content": {"kind": "text", "text": f"freshness probe number {i} about protein folding"}}
+        r = await client.post("/v0/records", json=body)
+        if r.status_code == 202 and i % 10 == 0:
+            pending[r.json()["receipt_id"]] = t_sent[i]
+
+    t_sent: dict[int, float] = {}
+    while time.perf_counter() < stop:
+        t_sent[n] = time.perf_counter()
+        tasks.append(asyncio.create_task(send(n)))
+        n += 1
+        next_at += interval
+        await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+    await asyncio.gather(*tasks)
+    await poller
+    return {"rate_per_s": rate, "sent": n, "sampled": len(samples), "unresolved": len(pending),
+            **{k: v for k, v in latency_summary(samples).items() if k != "mean_ms"}}
+
+
+def replay_rate(database_url: str, home: str) -> dict:
+    env = dict(os.environ, CONTENTSVC_DATABASE_URL=database_url, CONTENTSVC_HOME=home)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        parts = conn.execute("SELECT count(*) FROM versions v JOIN records r ON r.current_version_id = v.version_id"
+                             " WHERE NOT r.withdrawn").fetchone()[0]
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "contentsvc.cli", "projector", "replay", "lexical"], env=env,
+                         capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    return {"parts": parts, "seconds": round(seconds, 2), "parts_per_s": round(parts / seconds, 1),
+            "ok": out.returncode == 0, "note": "wall time of the CLI, including start-up and cutover"}
+
+
+async def run(args) -> dict:
+    docs, queries, qrels = load_dataset(Path(args.dataset))
+    home = tempfile.mkdtemp(prefix="contentsvc-bench-search-")
+    os.environ["CONTENTSVC_HOME"] = home
+    service = OwnService(RESULTS / "search-server.log")
+    target = service.start()
+    report: dict = {"suite": "search", "dataset": str(args.dataset), "queries": len(queries), "docs": len(docs)}
+    try:
+        async with httpx.AsyncClient(base_url=target.base_url, timeout=60,
+                                     headers={"Authorization": f"Bearer {target.api_key}"}) as client:
+            for corpus in (CORPUS, "freshness"):
+                r = await client.post("/v0/corpora", json={"idempotency_key": corpus, "corpus_id": corpus,
+                                                           "name": corpus})
+                r.raise_for_status()
+            print("[bench search] ingesting ...", file=sys.stderr)
+            ingest_s = await ingest_all(client, docs)
+            ready = wait_ready(target.database_url, len(docs), args.cap)
+            report["ingest"] = {"seconds": round(ingest_s, 1), **ready}
+            with psycopg.connect(target.database_url) as conn:
+                id_of = dict(conn.execute("SELECT record_id, record_key FROM records WHERE corpus_id = %s",
+                                          (CORPUS,)).fetchall())
+            report["modes"] = {}
+            for mode in MODES:
+                print(f"[bench search] {mode} ...", file=sys.stderr)
+                await run_queries(client, dict(list(queries.items())[:10]), mode, 1, id_of)  # warm up
+                rankings, lat1, errors, _ = await run_queries(client, queries, mode, 1, id_of)
+                _, lat8, errors8, wall8 = await run_queries(client, queries, mode, 8, id_of)
+                report["modes"][mode] = {**score(rankings, qrels), "errors": errors + errors8,
+                                         "latency_c1": latency_summary(lat1), "latency_c8": latency_summary(lat8),
+                                         "throughput_c8_qps": round(len(queries) / wall8, 1)}
+            print("[bench search] postgres full-text baseline ...", file=sys.stderr)
+            report["postgres_fts"] = postgres_fts(target.database_url, docs, queries, qrels)
+            print("[bench search] freshness ...", file=sys.stderr)
+            report["freshness"] = await freshness(client, args.fresh_seconds, args.fresh_rate)
+        print("[bench search] replay ...", file=sys.stderr)
+        report["replay"] = replay_rate(target.database_url, home)
+    finally:
+        service.stop()
+    lex, hyb = report["modes"]["lexical"], report["modes"]["hybrid"]
+    fts = report["postgres_fts"]
+    report["ratios"] = {
+        "lexical_ndcg_vs_postgres_fts": round(lex["ndcg@10"] / fts["ndcg@10"], 3) if fts["ndcg@10"] else None,
+        "lexical_p50_vs_postgres_fts_p50": round(lex["latency_c1"]["p50_ms"] / fts["latency_c1"]["p50_ms"], 2),
+    }
+    report["targets"] = {
+        "lexical_ndcg10_vs_published_bm25": [lex["ndcg@10"], ">=", PUBLISHED_BM25_NDCG10],
+        "hybrid_minus_lexical_ndcg10": [round(hyb["ndcg@10"] - lex["ndcg@10"], 4), ">=", 0.05],
+        "lexical_p50_ms": [lex["latency_c1"]["p50_ms"], "<=", 15],
+        "hybrid_p50_ms": [hyb["latency_c1"]["p50_ms"], "<=", 50],
+        "freshness_p50_ms": [report["freshness"]["p50_ms"], "<=", 1000],
+        "replay_parts_per_s": [report["replay"]["parts_per_s"], ">=", 5000],
+    }
+    for name, (value, op, goal) in report["targets"].items():
+        ok = value is not None and (value >= goal if op == ">=" else value <= goal)
+        report["targets"][name] = {"measured": value, "op": op, "target": goal, "result": "pass" if ok else "miss"}
+    report["machine"] = machine_info()
+    report["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return report
+
+
+def summary(report: dict) -> str:
+    lines = [f"contentsvc bench search  {report['timestamp']}  SciFact: {report['docs']} docs, "
+             f"{report['queries']} test queries"]
+    lines.append(f"ingest {report['ingest']}")
+    for mode, m in report["modes"].items():
+        lines.append(f"{mode:9s} nDCG@10 {m['ndcg@10']:.4f}  recall@{API_MAX_LIMIT} {m[f'recall@{API_MAX_LIMIT}']:.4f}"
+                     f"  c=1 p50 {m['latency_c1']['p50_ms']} p99 {m['latency_c1']['p99_ms']} ms"
+                     f"  c=8 p50 {m['latency_c8']['p50_ms']} p99 {m['latency_c8']['p99_ms']} ms"
+                     f"  ({m['throughput_c8_qps']} q/s)  errors {m['errors']}")
+    f = report["postgres_fts"]
+    lines.append(f"pg fts    nDCG@10 {f['ndcg@10']:.4f}  recall@{API_MAX_LIMIT} {f[f'recall@{API_MAX_LIMIT}']:.4f}"
+                 f"  c=1 p50 {f['latency_c1']['p50_ms']} p99 {f['latency_c1']['p99_ms']} ms (SQL, no HTTP)")
+    lines.append(f"ratios    {report['ratios']}")
+    lines.append(f"freshness {report['freshness']}")
+    lines.append(f"replay    {report['replay']}")
+    for name, t in report["targets"].items():
+        lines.append(f"target {name:38s} {t['op']} {t['target']:<8} measured {t['measured']}  {t['result'].upper()}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="contentsvc bench search")
+    parser.add_argument("--dataset", default=str(DATASET))
+    parser.add_argument("--cap", type=float, default=1800, help="seconds to wait for embeddings at most")
+    parser.add_argument("--fresh-seconds", type=float, default=15)
+    parser.add_argument("--fresh-rate", type=float, default=200)
+    args = parser.parse_args(argv)
+    report = asyncio.run(run(args))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "search.json").write_text(json.dumps(report, indent=2))
+    print(summary(report))
+    print(f"written {RESULTS / 'search.json'}")
+    return 0

@@ -1,0 +1,339 @@
+"""`contentsvc bench upload`: presigned PUT throughput and the API's memory while it streams.
+
+Usage:
+    contentsvc bench upload [--size-mib 256] [--runs 3] [--workdir DIR]
+
+The bench starts its own service like `contentsvc bench ingest` does (a
+fresh database on the server of CONTENTSVC_DATABASE_URL, else
+CONTENTSVC_TEST_DATABASE_URL, else an embedded PostgreSQL; `contentsvc run`
+on a free port, its output in bench/results/upload-server.log), with
+CONTENTSVC_HOME in a temporary work directory so that the blob store, the
+source file and the copy all live on the same disk. Then:
+
+  1. writes a --size-mib file of random bytes (fsync'd) and its SHA-256;
+  2. the ceiling: a plain file copy on the same disk (shutil.copyfile, then
+     fsync of the copy), --runs times;
+  3. --runs times: createUpload, then the presigned PUT of the file with
+     httpx, streaming a generator of 1 MiB chunks with the Upload's
+     put_headers, timed from the first byte sent to the 200 (the server has
+     hashed, fsync'd and committed the Blob by then); confirmUpload must
+     answer `verified`. Meanwhile the resident memory (VmRSS) of the API
+     process (the `serve` child of `contentsvc run`) is sampled every 50 ms.
+
+Rates are MB/s (10^6 bytes per second), best run of each. Targets: PUT
+rate >= 80% of the copy rate; the API's peak RSS growth over its
+pre-upload level < 64 MiB. The figures go to bench/results/upload.json with
+each target's pass or miss; nothing here asserts on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+
+from bench.ingest import RESULTS_DIR, BenchError, OwnService, fmt, machine_info, scan_server_log
+
+RESULT_PATH = RESULTS_DIR / "upload.json"
+SERVER_LOG = RESULTS_DIR / "upload-server.log"
+MiB = 1024 * 1024
+CHUNK = MiB
+SAMPLE_S = 0.05
+
+TARGETS = {
+    "put_to_copy_ratio": {"op": ">=", "value": 0.80, "unit": "x copy"},
+    "api_rss_growth_mib": {"op": "<", "value": 64, "unit": "MiB"},
+}
+
+
+# --------------------------------------------------------------------------- files
+
+
+def make_source(path: Path, size: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            chunk = os.urandom(min(CHUNK, left))
+            h.update(chunk)
+            f.write(chunk)
+            left -= len(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    return h.hexdigest()
+
+
+def timed_copy(src: Path, dst: Path) -> float:
+    dst.unlink(missing_ok=True)
+    started = time.perf_counter()
+    shutil.copyfile(src, dst)
+    fd = os.open(dst, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    elapsed = time.perf_counter() - started
+    dst.unlink()
+    return elapsed
+
+
+def file_chunks(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            yield chunk
+
+
+# --------------------------------------------------------------------------- the API process's memory
+
+
+def _status(pid: int) -> dict[str, str]:
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            out[name] = value.strip()
+    return out
+
+
+def rss_bytes(pid: int) -> int:
+    return int(_status(pid)["VmRSS"].split()[0]) * 1024
+
+
+def serve_child(supervisor_pid: int) -> int:
+    """The pid of the `serve` child of `contentsvc run` (the API process)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int(_status(int(entry.name))["PPid"]) != supervisor_pid:
+                continue
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, KeyError, ValueError):
+            continue
+        if b"serve" in cmdline:
+            return int(entry.name)
+    raise BenchError(f"no `serve` child of pid {supervisor_pid}")
+
+
+class RssSampler(threading.Thread):
+    def __init__(self, pid: int, every: float = SAMPLE_S) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.every = pid, every
+        self.samples: list[int] = []
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            try:
+                self.samples.append(rss_bytes(self.pid))
+            except OSError:
+                pass
+            self._stop_event.wait(self.every)
+
+    def stop(self) -> list[int]:
+        self._stop_event.set()
+        self.join()
+        return self.samples
+
+
+# --------------------------------------------------------------------------- the upload
+
+
+def create_upload(client: httpx.Client, size: int, sha256: str) -> dict:
+    r = client.post("/v0/uploads", json={"idempotency_key": uuid.uuid4().hex, "media_type": "application/octet-stream",
+                                         "size_bytes": size, "sha256": sha256, "filename": "bench.bin"})
+    if r.status_code != 201:
+        raise BenchError(f"createUpload: {r.status_code} {r.text[:300]}")
+    return r.json()
+
+
+def put_upload(upload: dict, source: Path) -> tuple[float, httpx.Response]:
+    with httpx.Client(timeout=httpx.Timeout(300.0)) as anonymous:  # the presigned PUT carries no API key
+        started = time.perf_counter()
+        r = anonymous.put(upload["put_url"], content=file_chunks(source), headers=upload["put_headers"])
+        return time.perf_counter() - started, r
+
+
+def confirm(client: httpx.Client, upload_id: str) -> dict:
+    r = client.post(f"/v0/uploads/{upload_id}/confirm")
+    if r.status_code != 202:
+        raise BenchError(f"confirmUpload: {r.status_code} {r.text[:300]}")
+    return r.json()
+
+
+def one_put(client: httpx.Client, api_pid: int, source: Path, size: int, sha256: str) -> dict[str, Any]:
+    upload = create_upload(client, size, sha256)
+    baseline = rss_bytes(api_pid)
+    sampler = RssSampler(api_pid)
+    sampler.start()
+    try:
+        elapsed, r = put_upload(upload, source)
+    finally:
+        samples = sampler.stop()
+    if r.status_code != 200:
+        raise BenchError(f"PUT: {r.status_code} {r.text[:300]}")
+    confirmed = confirm(client, upload["upload_id"])
+    if confirmed["state"] != "verified":
+        raise BenchError(f"upload not verified: {confirmed}")
+    peak = max(samples + [baseline])
+    return {
+        "upload_id": upload["upload_id"],
+        "seconds": round(elapsed, 3),
+        "mb_per_s": round(size / elapsed / 1e6, 1),
+        "rss_baseline_mib": round(baseline / MiB, 1),
+        "rss_peak_mib": round(peak / MiB, 1),
+        "rss_growth_mib": round((peak - baseline) / MiB, 1),
+        "rss_samples": len(samples),
+    }
+
+
+def warm_up(client: httpx.Client) -> None:
+    """One small upload first, so that lazy setup (signing key, blob store, pools) is not counted."""
+    data = os.urandom(64 * 1024)
+    upload = create_upload(client, len(data), hashlib.sha256(data).hexdigest())
+    r = httpx.put(upload["put_url"], content=data, headers=upload["put_headers"], timeout=60)
+    if r.status_code != 200:
+        raise BenchError(f"warm-up PUT: {r.status_code} {r.text[:300]}")
+    confirm(client, upload["upload_id"])
+
+
+def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> dict[str, Any]:
+    source, copy = workdir / "source.bin", workdir / "copy.bin"
+    print(f"[bench upload] writing {size // MiB} MiB of random bytes to {source} ...", file=sys.stderr, flush=True)
+    sha256 = make_source(source, size)
+
+    copies = []
+    for i in range(runs):
+        copies.append(timed_copy(source, copy))
+        print(f"[bench upload] copy {i + 1}/{runs}: {size / copies[-1] / 1e6:,.0f} MB/s", file=sys.stderr, flush=True)
+
+    api_pid = serve_child(own.process.pid)
+    puts = []
+    with httpx.Client(base_url=target.base_url, headers={"Authorization": f"Bearer {target.api_key}"},
+                      timeout=60) as client:
+        warm_up(client)
+        for i in range(runs):
+            puts.append(one_put(client, api_pid, source, size, sha256))
+            print(f"[bench upload] PUT {i + 1}/{runs}: {puts[-1]['mb_per_s']:,.0f} MB/s, API RSS +"
+                  f"{puts[-1]['rss_growth_mib']} MiB", file=sys.stderr, flush=True)
+    source.unlink()
+
+    copy_rates = [size / s / 1e6 for s in copies]
+    put_rates = [p["mb_per_s"] for p in puts]
+    return {
+        "file_bytes": size,
+        "sha256": sha256,
+        "copy": {"runs_s": [round(s, 3) for s in copies], "best_mb_per_s": round(max(copy_rates), 1),
+                 "median_mb_per_s": round(statistics.median(copy_rates), 1)},
+        "put": {"runs": puts, "best_mb_per_s": max(put_rates), "median_mb_per_s": round(statistics.median(put_rates), 1),
+                "peak_rss_growth_mib": max(p["rss_growth_mib"] for p in puts)},
+        "put_to_copy_ratio": round(max(put_rates) / max(copy_rates), 3),
+        "api_pid": api_pid,
+    }
+
+
+def judge(results: dict[str, Any]) -> dict[str, Any]:
+    measured = {"put_to_copy_ratio": results["put_to_copy_ratio"],
+                "api_rss_growth_mib": results["put"]["peak_rss_growth_mib"]}
+    out = {}
+    for name, t in TARGETS.items():
+        v = measured[name]
+        ok = v >= t["value"] if t["op"] == ">=" else v < t["value"]
+        out[name] = {**t, "measured": v, "result": "pass" if ok else "miss"}
+    return out
+
+
+def summary_text(report: dict[str, Any]) -> str:
+    res = report["results"]
+    lines = ["", f"contentsvc bench upload  {report['timestamp']}  ({report['machine']['nproc']} cpu, python "
+             f"{report['machine']['python']}, loadavg {report['machine']['loadavg_start']} -> "
+             f"{report['machine']['loadavg_end']})", "-" * 96]
+    lines.append(f"file                {res['file_bytes'] // MiB} MiB random bytes, on {report['parameters']['disk']}")
+    lines.append(f"plain copy + fsync  best {fmt(res['copy']['best_mb_per_s'])} MB/s   median "
+                 f"{fmt(res['copy']['median_mb_per_s'])} MB/s   ({len(res['copy']['runs_s'])} runs)")
+    lines.append(f"presigned PUT       best {fmt(res['put']['best_mb_per_s'])} MB/s   median "
+                 f"{fmt(res['put']['median_mb_per_s'])} MB/s   ({len(res['put']['runs'])} runs, verified each)")
+    lines.append(f"API RSS             peak growth {fmt(res['put']['peak_rss_growth_mib'])} MiB over "
+                 f"{res['put']['runs'][0]['rss_baseline_mib']} MiB (sampled every {int(SAMPLE_S * 1000)} ms, "
+                 f"pid {res['api_pid']})")
+    lines.append("-" * 96)
+    for name, t in report["targets"].items():
+        measured = f"{t['measured']:.2f}" if isinstance(t["measured"], float) else fmt(t["measured"])
+        lines.append(f"target {name:<20} {t['op']} {t['value']:>5} {t['unit']:<8} measured {measured:>8}"
+                     f"  {t['result'].upper()}")
+    log = report.get("server_log")
+    if log:
+        lines.append(f"server log {log['path']}: {log['lines']} lines, levels {log.get('by_level', {})}, "
+                     f"tracebacks {log.get('tracebacks', 0)}")
+    lines.append(f"written {RESULT_PATH}")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="contentsvc bench upload", description=__doc__.split("\n\n")[0])
+    p.add_argument("--size-mib", type=int, default=256, help="size of the uploaded file (default 256)")
+    p.add_argument("--runs", type=int, default=3, help="copies and PUTs each (default 3; the best counts)")
+    p.add_argument("--workdir", type=Path, help="where the file, the copy and the blob store go (default: a "
+                   "temporary directory)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(list(argv))
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="contentsvc-bench-upload-", dir=args.workdir))
+    machine = machine_info()
+    machine["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
+    started = datetime.now(timezone.utc)
+    t0 = time.perf_counter()
+    size = args.size_mib * MiB
+    own = OwnService(SERVER_LOG)
+    previous_home = os.environ.get("CONTENTSVC_HOME")
+    os.environ["CONTENTSVC_HOME"] = str(workdir / "home")  # the blob store, on the same disk as the copy
+    try:
+        print(f"[bench upload] starting contentsvc (log: {SERVER_LOG}) ...", file=sys.stderr, flush=True)
+        target = own.start()
+        results = run_bench(own, target, workdir, size, args.runs)
+    except BenchError as exc:
+        print(f"bench upload failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        own.stop()
+        if previous_home is None:
+            os.environ.pop("CONTENTSVC_HOME", None)
+        else:
+            os.environ["CONTENTSVC_HOME"] = previous_home
+        shutil.rmtree(workdir, ignore_errors=True)
+    machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    report = {
+        "suite": "upload",
+        "timestamp": started.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "duration_s": round(time.perf_counter() - t0, 1),
+        "parameters": {"size_mib": args.size_mib, "runs": args.runs, "client_chunk_bytes": CHUNK,
+                       "rss_sample_ms": int(SAMPLE_S * 1000), "disk": str(workdir.parent),
+                       "http": "httpx.Client, HTTP/1.1, Content-Length body from a generator, client on the same "
+                               "machine", "service": "contentsvc run (api + projectors), started by the bench"},
+        "machine": machine,
+        "targets": judge(results),
+        "results": results,
+        "server_log": scan_server_log(SERVER_LOG),
+    }
+    RESULT_PATH.write_text(json.dumps(report, indent=2) + "\n")
+    print(summary_text(report))
+    return 0

@@ -1,0 +1,190 @@
+"""Routes of the Upload and Blob family (part 1 rules 7, 8; decisions.md "Uploads and Blobs").
+
+createUpload issues a session with one presigned PUT URL served by this
+API (no API key on it: the URL's HMAC signature and expiry authorize it).
+The PUT streams its body into the blob store, hashing and counting on the
+way, and records what arrived; confirmUpload compares that with what the
+session declared and moves it to `verified` (a Blob exists) or `failed`
+(`size_mismatch`, `checksum_mismatch`, `upload_expired`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from litestar import Request, Response, get, post, put
+from litestar.exceptions import InternalServerException
+
+from contentsvc import commands
+from contentsvc.api.http import authenticate, read_body, read_json, respond, services
+from contentsvc.blobstore import BlobStore, FilesystemBlobStore, PipelinedWriter
+from contentsvc.config import MAX_INGEST_BYTES
+from contentsvc.domain import uploads as up
+from contentsvc.domain.decoding import decode_body
+from contentsvc.domain.models import ActionRequest, Blob, Error, Upload, UploadRequest
+from contentsvc.errors import ApiError, not_found
+from contentsvc.logging import get_logger
+from contentsvc.readviews import iso
+
+log = get_logger("contentsvc.api.uploads")
+
+
+async def upload_secret(request: Request) -> bytes:
+    """The presigned URLs' HMAC key (service_secrets `upload_hmac`), read once per process."""
+    state = request.app.state
+    secret = state.get("upload_hmac")
+    if secret is None:
+        async with services(request).pool.connection() as conn:
+            cur = await conn.execute("SELECT secret FROM service_secrets WHERE name = 'upload_hmac'")
+            secret = bytes((await cur.fetchone())[0])
+        state["upload_hmac"] = secret
+    return secret
+
+
+def blob_store(request: Request) -> BlobStore:
+    state = request.app.state
+    store = state.get("blob_store")
+    if store is None:
+        store = state["blob_store"] = FilesystemBlobStore(services(request).settings.blob_root)
+        swept = store.sweep_incoming()
+        if swept:
+            log.info("blob_store_swept", partial_uploads_removed=swept)
+    return store
+
+
+def upload_view(request: Request, row: dict, secret: bytes) -> Upload:
+    upload_id = row["upload_id"]
+    base = str(request.base_url).rstrip("/")
+    return Upload(
+        upload_id=upload_id,
+        state=row["state"],
+        put_url=f"{base}{up.content_path(upload_id)}?{up.put_query(secret, upload_id, row['expires_at'])}",
+        put_headers=up.put_headers(row["media_type"], row["size_bytes"], row["sha256"]),
+        expires_at=iso(row["expires_at"]),
+        media_type=row["media_type"],
+        size_bytes=row["size_bytes"],
+        sha256=row["sha256"],
+        blob_id=row["blob_id"],
+        error=Error(**row["error"]) if row["error"] else None,
+    )
+
+
+def _location(upload_id: str) -> dict[str, str]:
+    return {"Location": f"/v0/uploads/{upload_id}"}
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):g} MiB"
+
+
+@post("/v0/uploads", operation_id="createUpload")
+async def create_upload(request: Request) -> Response:
+    p = await authenticate(request, "blobs:write")
+    req = await read_json(request, UploadRequest, MAX_INGEST_BYTES)
+    settings = services(request).settings
+    if req.size_bytes > settings.max_blob_bytes:  # before any session is issued (rule 7)
+        raise ApiError(413, "request_too_large",
+                       f"size_bytes {req.size_bytes} exceeds the Blob limit of {settings.max_blob_bytes} bytes "
+                       f"({_mib(settings.max_blob_bytes)}).", field="/size_bytes")
+    async with services(request).pool.connection() as conn:
+        upload_id, replayed = await commands.create_upload(conn, p, req, settings.upload_url_ttl_seconds)
+        row = await commands.load_upload(conn, upload_id, p.org_id)
+    return respond(upload_view(request, row, await upload_secret(request)), 200 if replayed else 201,
+                   _location(upload_id))
+
+
+def invalid_signature() -> ApiError:
+    return ApiError(403, "invalid_signature", "The upload URL's signature is missing or does not match; use the "
+                    "put_url of the Upload unchanged.")
+
+
+@put("/v0/uploads/{upload_id:str}/content", operation_id="putUploadContent", status_code=200,
+     request_max_body_size=None)  # bounded by the session's declared size, itself under the Blob limit
+async def put_upload_content(request: Request, upload_id: str) -> Response:
+    expires_raw = request.query_params.get("expires") or ""
+    signature = request.query_params.get("signature") or ""
+    if not expires_raw.isdigit() or not signature:
+        raise invalid_signature()
+    secret = await upload_secret(request)
+    if not up.signature_valid(secret, upload_id, int(expires_raw), signature):
+        raise invalid_signature()
+    if time.time() >= int(expires_raw):
+        raise ApiError(410, "upload_expired", "The upload URL has expired; create a new upload.")
+    svc = services(request)
+    async with svc.pool.connection() as conn:
+        row = await commands.load_upload(conn, upload_id)
+    if row is None:
+        raise not_found("upload")
+    request.scope.setdefault("state", {})["org_id"] = row["org_id"]
+    if row["step"] > 0:
+        raise commands.already_received(row["state"])
+    up.check_put_headers(request.headers, row["media_type"], row["size_bytes"], row["sha256"])
+
+    declared = row["size_bytes"]
+    writer = await asyncio.to_thread(blob_store(request).writer)
+    pipe = PipelinedWriter(writer)
+    try:
+        received = 0
+        try:
+            async for chunk in request.stream():
+                received += len(chunk)
+                if received > declared:  # HTTP framing prevents it; never store more than declared
+                    raise ApiError(413, "request_too_large", f"The body exceeds Content-Length {declared}.")
+                await pipe.write(chunk)
+        except InternalServerException:
+            # The client went away before sending Content-Length bytes: what arrived is
+            # recorded, so the session fails verification with size_mismatch.
+            log.info("upload_truncated", upload_id=upload_id, received=received, declared=declared)
+        await pipe.close()
+        size, sha256 = writer.size, writer.hexdigest()
+
+        async def store_content() -> str | None:
+            if size == declared and sha256 == row["sha256"]:
+                return await asyncio.to_thread(writer.commit)
+            return None  # not the declared bytes: nothing to keep
+
+        async with svc.pool.connection() as conn:
+            await commands.receive_upload(conn, upload_id, size, sha256, store_content)
+            row = await commands.load_upload(conn, upload_id)
+    finally:
+        await pipe.abort()  # drops the temporary file; a no-op after commit
+    return respond(upload_view(request, row, secret), 200, _location(upload_id))
+
+
+@post("/v0/uploads/{upload_id:str}/confirm", operation_id="confirmUpload", status_code=202)
+async def confirm_upload(request: Request, upload_id: str) -> Response:
+    p = await authenticate(request, "blobs:write")
+    raw = await read_body(request, MAX_INGEST_BYTES)
+    req = decode_body(raw, ActionRequest) if raw.strip() else None  # an empty body is accepted
+    async with services(request).pool.connection() as conn:
+        await commands.confirm_upload(conn, p, upload_id, req)
+        row = await commands.load_upload(conn, upload_id, p.org_id)
+    return respond(upload_view(request, row, await upload_secret(request)), 202, _location(upload_id))
+
+
+@get("/v0/uploads/{upload_id:str}", operation_id="getUpload")
+async def get_upload(request: Request, upload_id: str) -> Response:
+    p = await authenticate(request, "blobs:read")
+    async with services(request).pool.connection() as conn:
+        row = await commands.load_upload(conn, upload_id, p.org_id)
+    if row is None:
+        raise not_found("upload")
+    return respond(upload_view(request, row, await upload_secret(request)))
+
+
+@get("/v0/blobs/{blob_id:str}", operation_id="getBlob")
+async def get_blob(request: Request, blob_id: str) -> Response:
+    p = await authenticate(request, "blobs:read")
+    async with services(request).pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT blob_id, media_type, size_bytes, sha256, created_at FROM blobs WHERE blob_id = %s AND org_id = %s",
+            (blob_id, p.org_id),
+        )
+        row = await cur.fetchone()
+    if row is None:  # unknown, not verified, or another Organization's: possessing an id grants nothing
+        raise not_found("blob")
+    return respond(Blob(blob_id=row[0], media_type=row[1], size_bytes=row[2], sha256=row[3], created_at=iso(row[4])))
+
+
+ROUTES = [create_upload, put_upload_content, confirm_upload, get_upload, get_blob]

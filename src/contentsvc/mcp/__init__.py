@@ -1,0 +1,1 @@
+"""The agent tool server: `contentsvc mcp --profile read|ingest` over stdio."""

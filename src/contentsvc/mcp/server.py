@@ -1,0 +1,178 @@
+"""The MCP server: tools over stdin/stdout, each call an HTTP request to the service.
+
+The API key decides on the server what every call may reach; the profile
+only narrows which tools are listed. Nothing but protocol frames goes to
+stdout: logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sys
+from typing import Any
+
+import anyio
+import httpx
+import msgspec
+from mcp import types
+from mcp.server.lowlevel.server import Server
+from mcp.server.stdio import stdio_server
+
+from contentsvc import __version__
+from contentsvc.mcp.tools import TOOLS, InvalidArguments, input_schema, parse, tools_for
+
+
+class ToolError(Exception):
+    def __init__(self, code: str, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.status = code, message, status
+
+
+class Service:
+    """The HTTP side: one client with the key, errors turned into ToolError."""
+
+    def __init__(self, base_url: str, api_key: str) -> None:
+        self.client = httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=30,
+                                        headers={"Authorization": f"Bearer {api_key}"})
+
+    async def call(self, method: str, path: str, **kwargs) -> dict:
+        try:
+            r = await self.client.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ToolError("server_unreachable", f"The content service at {self.client.base_url} could not be "
+                                                  f"reached ({type(exc).__name__}).") from None
+        try:
+            body = r.json()
+        except ValueError:
+            body = {}
+        if r.status_code >= 400:
+            raise ToolError(body.get("code", f"http_{r.status_code}"),
+                            body.get("message", f"The service answered {r.status_code}."), r.status_code)
+        return body
+
+
+def default_key(corpus_id: str, namespace: str, record_key: str, text: str) -> str:
+    digest = hashlib.sha256()
+    for part in (corpus_id, namespace, record_key, text):
+        digest.update(part.encode() + b"\x00")
+    return "mcp-" + digest.hexdigest()
+
+
+RECEIPT_FIELDS = ("receipt_id", "state", "outcome", "record_id", "version_id", "availability", "processing",
+                  "diagnostics", "source")
+
+
+def receipt_shape(receipt: dict) -> dict:
+    return {k: receipt[k] for k in RECEIPT_FIELDS if k in receipt}
+
+
+async def list_corpora(service: Service, args) -> dict:
+    params = {"page_cursor": args.page_cursor} if args.page_cursor else {}
+    page = await service.call("GET", "/v0/corpora", params=params)
+    out = {"items": [{"corpus_id": c["corpus_id"], "name": c["name"], "effective_retrieval": c["retrieval"]}
+                     for c in page["items"]]}
+    if page.get("next_page_cursor"):
+        out["next_page_cursor"] = page["next_page_cursor"]
+    return out
+
+
+async def search(service: Service, args) -> dict:
+    body = {k: v for k, v in msgspec.to_builtins(args).items() if v is not None}
+    return await service.call("POST", "/v0/search", json=body)
+
+
+async def read_record(service: Service, args) -> dict:
+    record = await service.call("GET", f"/v0/records/{args.record_id}")
+    version_id = args.version_id or record.get("current_version_id")
+    if version_id is None:
+        raise ToolError("not_found", "The Record has no Version to read.")
+    version = await service.call("GET", f"/v0/records/{args.record_id}/versions/{version_id}")
+    return {"record": record, "version": version}
+
+
+async def ingest_text(service: Service, args) -> dict:
+    def command(key: str) -> dict:
+        return {"idempotency_key": key,
+                "source": {"corpus_id": args.corpus_id, "namespace": args.namespace, "record_key": args.record_key},
+                "content": {"kind": "text", "text": args.text}}
+
+    if args.idempotency_key:  # the caller's key: replays, or conflicts with other arguments
+        return receipt_shape(await service.call("POST", "/v0/records", json=command(args.idempotency_key)))
+    key = default_key(args.corpus_id, args.namespace, args.record_key, args.text)
+    receipt = await service.call("POST", "/v0/records", json=command(key))
+    version_id = receipt.get("version_id")
+    if receipt.get("state") == "resolved" and version_id:
+        record = await service.call("GET", f"/v0/records/{receipt['record_id']}")
+        current = record.get("current_version_id")
+        if current != version_id and not record.get("withdrawn"):
+            # Replaced by another text since: ingest again so this text becomes current once more.
+            # The key names the Version it replaces, so repeating this call replays this ingest.
+            receipt = await service.call("POST", "/v0/records", json=command(f"{key}-after-{current}"))
+    return receipt_shape(receipt)
+
+
+async def read_receipt(service: Service, args) -> dict:
+    return receipt_shape(await service.call("GET", f"/v0/ingestion-receipts/{args.receipt_id}"))
+
+
+HANDLERS = {"list_corpora": list_corpora, "search": search, "read_record": read_record,
+            "ingest_text": ingest_text, "read_receipt": read_receipt}
+
+
+def _result(structured: dict, is_error: bool = False) -> types.CallToolResult:
+    text = msgspec.json.encode(structured).decode()
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                structured_content=structured, is_error=is_error)
+
+
+def build_server(profile: str, service: Service) -> Server:
+    names = tools_for(profile)
+
+    async def on_list_tools(ctx, params) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[
+            types.Tool(
+                name=name, description=TOOLS[name]["description"], input_schema=input_schema(name),
+                annotations=types.ToolAnnotations(
+                    read_only_hint=TOOLS[name]["read_only"], idempotent_hint=TOOLS[name]["idempotent"],
+                    destructive_hint=False, open_world_hint=False),
+            )
+            for name in names
+        ])
+
+    async def on_call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name not in names:
+            return _result({"code": "unknown_tool", "message": f"No tool {params.name!r} in the {profile!r} "
+                                                                 f"profile."}, True)
+        try:
+            args = parse(params.name, params.arguments)
+        except InvalidArguments as exc:
+            return _result({"code": "invalid_arguments", "message": str(exc)}, True)
+        try:
+            return _result(await HANDLERS[params.name](service, args))
+        except ToolError as exc:
+            error: dict[str, Any] = {"code": exc.code, "message": exc.message}
+            if exc.status:
+                error["status"] = exc.status
+            return _result(error, True)
+
+    return Server("contentsvc", version=__version__, on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+
+
+async def serve(profile: str) -> None:
+    base_url = os.environ.get("CONTENTSVC_URL", "http://127.0.0.1:8080")
+    api_key = os.environ.get("CONTENTSVC_API_KEY", "")
+    service = Service(base_url, api_key)
+    server = build_server(profile, service)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+def main(profile: str) -> int:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per call is noise to an agent host
+    if not os.environ.get("CONTENTSVC_API_KEY"):
+        print("CONTENTSVC_API_KEY is not set: the agent tool server needs an API key.", file=sys.stderr)
+        return 2
+    anyio.run(serve, profile)
+    return 0

@@ -1,0 +1,1 @@
+"""Search: text embeddings and the pieces built on them."""

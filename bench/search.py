@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import psycopg
 
-from bench.ingest import OwnService, latency_summary, machine_info, percentile
+from bench.ingest import OwnService, latency_summary, machine_info
 
 DATASET = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "scifact"
 RESULTS = Path(__file__).resolve().parent / "results"

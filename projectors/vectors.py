@@ -118,7 +118,7 @@ class VectorProjector:
             self._maybe_snapshot(force=True)  # idle: make the snapshot current
             return 0
         last = events[-1].position
-        current = still_current(events)
+        current = await self._in_vector_corpora(conn, still_current(events))
         touched = {e.payload["record_id"] for e in events if e.kind in (ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN)}
         keys, texts = [], []
         for e in current:
@@ -169,6 +169,18 @@ class VectorProjector:
         self.position = last
         self._maybe_snapshot(force=False)
         return len(events)
+
+    @staticmethod
+    async def _in_vector_corpora(conn: AsyncConnection, accepted: list[JournalEvent]) -> list[JournalEvent]:
+        """Only Corpora built with the engine's space are embedded (part1 rule 16)."""
+        if not accepted:
+            return []
+        async with conn.transaction():
+            cur = await conn.execute(
+                "SELECT org_id, corpus_id FROM corpora WHERE vector_spaces ? %s AND corpus_id = ANY(%s)",
+                (SPACE, list({e.payload["source"]["corpus_id"] for e in accepted})))
+            with_space = {(r[0], r[1]) for r in await cur.fetchall()}
+        return [e for e in accepted if (e.org_id, e.payload["source"]["corpus_id"]) in with_space]
 
     def _maybe_snapshot(self, force: bool) -> None:
         now = time.monotonic()

@@ -143,15 +143,10 @@ async def create_corpus(conn: AsyncConnection, p: Principal, req: CorpusRequest)
     retrieval = effective_retrieval(req.retrieval)
     corpus_id = req.corpus_id or new_id("crp").lower()
     async with journal_transaction(conn):
-        priors = await idempotency.claim(
-            conn, p.org_id, idempotency.CORPORA,
-            [idempotency.Claim(req.idempotency_key, request_digest(req), 201, "corpus", corpus_id)],
-        )
-        prior = priors.get(req.idempotency_key)
-        if isinstance(prior, ApiError):
-            raise prior
+        prior = await idempotency.claim_one(conn, p.org_id, idempotency.CORPORA, req.idempotency_key,
+                                            request_digest(req), 201, "corpus", corpus_id)
         if prior is not None:
-            return prior.resource_id, True
+            return prior, True
         # Serializes creators of one corpus id (different keys, same id).
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"corpus:{p.org_id}:{corpus_id}",))
         if await existing_corpora(conn, p.org_id, [corpus_id]):
@@ -214,15 +209,10 @@ async def create_upload(conn: AsyncConnection, p: Principal, req: UploadRequest,
     """createUpload: returns (upload_id, replayed). The size limit is checked before (no session)."""
     upload_id = new_id("upl")
     async with journal_transaction(conn):
-        priors = await idempotency.claim(
-            conn, p.org_id, idempotency.UPLOADS,
-            [idempotency.Claim(req.idempotency_key, request_digest(req), 201, "upload", upload_id)],
-        )
-        prior = priors.get(req.idempotency_key)
-        if isinstance(prior, ApiError):
-            raise prior
+        prior = await idempotency.claim_one(conn, p.org_id, idempotency.UPLOADS, req.idempotency_key,
+                                            request_digest(req), 201, "upload", upload_id)
         if prior is not None:
-            return prior.resource_id, True
+            return prior, True
         now = datetime.now(timezone.utc)
         expires_at = now.replace(microsecond=0) + timedelta(seconds=ttl_seconds)  # the URL carries whole seconds
         event = _upload_event(ev.UPLOAD_CREATED, p.org_id, upload_id, {
@@ -273,13 +263,8 @@ async def confirm_upload(conn: AsyncConnection, p: Principal, upload_id: str, re
     """confirmUpload: starts or observes verification; repeatable (part 1 rule 7)."""
     async with journal_transaction(conn):
         if req is not None and req.idempotency_key is not None:
-            priors = await idempotency.claim(
-                conn, p.org_id, idempotency.UPLOAD_CONFIRM,
-                [idempotency.Claim(req.idempotency_key, request_digest(req, upload_id=upload_id), 202, "upload",
-                                   upload_id)],
-            )
-            if isinstance(priors.get(req.idempotency_key), ApiError):
-                raise priors[req.idempotency_key]
+            await idempotency.claim_one(conn, p.org_id, idempotency.UPLOAD_CONFIRM, req.idempotency_key,
+                                        request_digest(req, upload_id=upload_id), 202, "upload", upload_id)
         row = await load_upload(conn, upload_id, p.org_id, for_update=True)
         if row is None:
             raise not_found("upload")

@@ -48,6 +48,15 @@ def conflict() -> ApiError:
     )
 
 
+async def claim_one(conn: AsyncConnection, org_id: str, family: str, key: str, digest: bytes, status: int,
+                    resource_type: str, resource_id: str) -> str | None:
+    """Claim one key: None when fresh, the resource it produced before on a replay; a conflict raises."""
+    prior = (await claim(conn, org_id, family, [Claim(key, digest, status, resource_type, resource_id)])).get(key)
+    if isinstance(prior, ApiError):
+        raise prior
+    return None if prior is None else prior.resource_id
+
+
 async def claim(conn: AsyncConnection, org_id: str, family: str, claims: list[Claim]) -> dict[str, Prior | ApiError]:
     """Claim keys; returns, for keys used before, the prior result or a conflict.
 

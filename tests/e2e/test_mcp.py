@@ -8,7 +8,6 @@ import asyncio
 import os
 import sys
 import time
-import uuid
 from contextlib import asynccontextmanager
 
 from mcp import ClientSession, StdioServerParameters

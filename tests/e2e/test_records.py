@@ -455,7 +455,7 @@ def test_get_version_relation_expansion(server, make_key, org, api):
     a = create_corpus(api, _cid("a"))
     b = create_corpus(api, _cid("b"))
     live = ingest_resolved(api, a, "live", "live target")
-    gone = ingest_resolved(api, a, "gone", "to be withdrawn")
+    ingest_resolved(api, a, "gone", "to be withdrawn")
     wait_resolved(api, withdraw(api, withdrawal(a, "gone"))["receipt_id"])
     other = ingest_resolved(api, b, "other", "target in another corpus")
 

@@ -17,7 +17,6 @@ import uuid
 
 import httpx
 import psycopg
-import pytest
 
 from contentsvc.auth import keys
 from contentsvc.journal.store import read_after

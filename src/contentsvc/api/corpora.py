@@ -5,11 +5,10 @@ from __future__ import annotations
 from litestar import Request, Response, get, post
 
 from contentsvc import commands
-from contentsvc.api.http import authenticate, query_int, query_str, read_json, respond, services
+from contentsvc.api.http import authenticate, page_after, query_int, read_json, respond, services
 from contentsvc.config import MAX_INGEST_BYTES
-from contentsvc.domain.cursors import InvalidCursor
 from contentsvc.domain.models import CorpusPage, CorpusRequest
-from contentsvc.errors import ApiError, not_found
+from contentsvc.errors import not_found
 from contentsvc.readviews import list_corpora, load_corpus
 
 CORPUS_CURSOR = "corpora"
@@ -32,18 +31,7 @@ async def list_corpora_route(request: Request) -> Response:
     limit = query_int(request, "limit", CORPUS_PAGE_MAX, 1, CORPUS_PAGE_MAX)
     svc = services(request)
     binding = {"org": p.org_id, "action": "corpora:read", "scope": p.scope_digest()}
-    after = None
-    token = query_str(request, "page_cursor")
-    if token is not None:
-        try:
-            fields = svc.cursors.decode(token, CORPUS_CURSOR)
-        except InvalidCursor:
-            raise ApiError(422, "invalid_cursor", "page_cursor is not a Corpus page cursor.",
-                           field="/page_cursor") from None
-        if any(fields.get(k) != v for k, v in binding.items()):
-            raise ApiError(409, "cursor_scope_changed", "page_cursor was issued for another scope.",
-                           resync_url="/v0/corpora")
-        after = fields["after"]
+    after = page_after(request, CORPUS_CURSOR, binding, "/v0/corpora")
     async with svc.pool.connection() as conn:
         items = await list_corpora(conn, p, after, limit + 1)  # one more: do more remain?
     more, items = len(items) > limit, items[:limit]

@@ -12,7 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 from contentsvc.auth.principal import INVALID_KEY, Principal, bearer_secret, load_principal
 from contentsvc.changefeed import FeedTicker
 from contentsvc.config import Settings
-from contentsvc.domain.cursors import CursorCodec
+from contentsvc.domain.cursors import CursorCodec, InvalidCursor
 from contentsvc.domain.decoding import decode_body
 from contentsvc.errors import ApiError, invalid_input
 
@@ -95,6 +95,26 @@ def query_str(request: Request, name: str, *, required: bool = False) -> str | N
             raise invalid_input(f"The query parameter {name} is required.", f"/{name}")
         return None
     return raw
+
+
+def page_after(request: Request, kind: str, binding: dict[str, str], resync_url: str) -> str | None:
+    """The keyset position of `page_cursor`, checked against what the cursor is bound to.
+
+    Not a cursor of this kind: 422 invalid_cursor. Bound to another filter or
+    scope: 409 cursor_scope_changed with resync_url (part 1 rules 6 and 14).
+    """
+    token = query_str(request, "page_cursor")
+    if token is None:
+        return None
+    try:
+        fields = services(request).cursors.decode(token, kind)
+    except InvalidCursor:
+        raise ApiError(422, "invalid_cursor", f"page_cursor is not a {kind} page cursor.",
+                       field="/page_cursor") from None
+    if any(fields.get(k) != v for k, v in binding.items()):
+        raise ApiError(409, "cursor_scope_changed", "page_cursor was issued for another filter or scope.",
+                       resync_url=resync_url)
+    return fields["after"]
 
 
 def respond(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

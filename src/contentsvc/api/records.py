@@ -6,7 +6,17 @@ import msgspec
 from litestar import Request, Response, get, post
 
 from contentsvc import commands, idempotency
-from contentsvc.api.http import authenticate, query_int, query_str, read_body, read_json, respond, services
+from contentsvc.api.http import (
+    authenticate,
+    page_after,
+    query_int,
+    query_str,
+    read_body,
+    read_json,
+    respond,
+    services,
+)
+from contentsvc.changefeed import resync_url
 from contentsvc.config import (
     MAX_BATCH_BYTES,
     MAX_BATCH_ENTRIES,
@@ -14,8 +24,7 @@ from contentsvc.config import (
     RECORD_PAGE_DEFAULT,
     RECORD_PAGE_MAX,
 )
-from contentsvc.domain.cursors import InvalidCursor
-from contentsvc.domain.decoding import convert, decode_body, malformed
+from contentsvc.domain.decoding import decode_body
 from contentsvc.domain.models import (
     BatchItem,
     BatchRequest,
@@ -145,17 +154,7 @@ async def list_records_route(request: Request) -> Response:
     p.require_corpus(corpus_id)
     svc = services(request)
     binding = {"org": p.org_id, "corpus": corpus_id, "scope": p.scope_digest()}
-    after = None
-    token = query_str(request, "page_cursor")
-    if token is not None:
-        try:
-            fields = svc.cursors.decode(token, RECORD_CURSOR)
-        except InvalidCursor:
-            raise ApiError(422, "invalid_cursor", "page_cursor is not a Record page cursor.",
-                           field="/page_cursor") from None
-        if any(fields.get(k) != v for k, v in binding.items()):
-            raise scope_changed(corpus_id, "page_cursor was issued for another filter or scope.")
-        after = fields["after"]
+    after = page_after(request, RECORD_CURSOR, binding, resync_url(corpus_id))
     async with svc.pool.connection() as conn:
         if after is None and not await _corpus_exists(conn, p.org_id, corpus_id):
             raise not_found("corpus")
@@ -169,14 +168,6 @@ async def list_records_route(request: Request) -> Response:
 
 async def _corpus_exists(conn, org_id: str, corpus_id: str) -> bool:
     return bool(await existing_corpora(conn, org_id, [corpus_id]))
-
-
-def resync_url(corpus_id: str) -> str:
-    return f"/v0/records?corpus_id={corpus_id}"
-
-
-def scope_changed(corpus_id: str, message: str) -> ApiError:
-    return ApiError(409, "cursor_scope_changed", message, resync_url=resync_url(corpus_id))
 
 
 ROUTES = [ingest_record, withdraw_record, ingest_batch, get_record, get_version, list_records_route]

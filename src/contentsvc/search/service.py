@@ -27,7 +27,6 @@ from contentsvc.domain.models import (
     SearchResponse,
 )
 from contentsvc.errors import ApiError, not_found
-from contentsvc.readviews import existing_corpora
 from contentsvc.search import generations, lexical_index, vector_index
 from contentsvc.search.excerpts import excerpt, query_terms
 

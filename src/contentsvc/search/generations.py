@@ -46,6 +46,31 @@ async def create(conn: AsyncConnection, kind: str, state: str) -> Generation:
     return generation
 
 
+async def lock_serving(conn: AsyncConnection, kind: str) -> tuple[Generation, int, int]:
+    """Hold the serving generation's row (the projector waits on it); returns it, its
+    `announced` mark and its checkpoint, read only once the row is held (a statement that
+    waited for the lock would still see the values from before the wait)."""
+    old = await serving(conn, kind)
+    await conn.execute("SELECT 1 FROM search_generations WHERE generation_id = %s FOR UPDATE",
+                       (old.generation_id,))
+    cur = await conn.execute(
+        "SELECT g.announced, c.position FROM search_generations g JOIN projector_checkpoints c"
+        " ON c.name = %s WHERE g.generation_id = %s", (old.checkpoint_name, old.generation_id))
+    announced, position = await cur.fetchone()
+    return old, announced, position
+
+
+async def cut_over(conn: AsyncConnection, old: Generation, new: Generation, position: int, announced: int) -> None:
+    """Inside the transaction holding old's row: new serves from `position`, old retires."""
+    await conn.execute("UPDATE projector_checkpoints SET position = %s WHERE name = %s",
+                       (position, new.checkpoint_name))
+    await conn.execute("UPDATE search_generations SET state = 'retired' WHERE generation_id = %s",
+                       (old.generation_id,))
+    await conn.execute("UPDATE search_generations SET state = 'serving', activated_at = now(), announced = %s"
+                       " WHERE generation_id = %s", (announced, new.generation_id))
+    await conn.execute("SELECT pg_notify('contentsvc_projector', %s)", (new.kind,))
+
+
 async def serving_or_first(conn: AsyncConnection, kind: str) -> Generation:
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"generation:{kind}",))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import psycopg
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -68,18 +69,7 @@ async def replay_lexical(url: str, home: Path) -> str:
 
         await conn.set_autocommit(False)
         async with journal_transaction(conn):
-            old = await generations.serving(conn, KIND)
-            await conn.execute("SELECT 1 FROM search_generations WHERE generation_id = %s FOR UPDATE",
-                               (old.generation_id,))
-            # Read only once the row is held, in a statement of its own: a statement that waited
-            # for the lock still sees the joined checkpoint as it was before the wait, missing a
-            # publication the projector committed meanwhile (it would then be published twice).
-            cur = await conn.execute(
-                "SELECT g.announced, c.position FROM search_generations g JOIN projector_checkpoints c"
-                " ON c.name = %s WHERE g.generation_id = %s",
-                (old.checkpoint_name, old.generation_id),
-            )
-            announced, serving_position = await cur.fetchone()
+            old, announced, serving_position = await generations.lock_serving(conn, KIND)
             target = max(position, serving_position)
             position = await _fold(conn, writer, position, target)
             # The serving generation published availability up to its checkpoint; what the new one
@@ -87,14 +77,50 @@ async def replay_lexical(url: str, home: Path) -> str:
             # cutover that makes it visible, or it would never be (the projector resumes at target).
             unpublished = still_current(await _accepted_between(conn, serving_position, target))
             writer.commit(target)
-            await conn.execute("UPDATE projector_checkpoints SET position = %s WHERE name = %s",
-                               (target, new.checkpoint_name))
-            await conn.execute("UPDATE search_generations SET state = 'retired' WHERE generation_id = %s",
-                               (old.generation_id,))
-            await conn.execute(
-                "UPDATE search_generations SET state = 'serving', activated_at = now(), announced = %s"
-                " WHERE generation_id = %s", (announced, new.generation_id))
             await append(conn, [availability_event(e, "retrieval_ready", True) for e in unpublished])
-            await conn.execute("SELECT pg_notify('contentsvc_projector', %s)", (KIND,))
+            await generations.cut_over(conn, old, new, target, announced)
         writer.close()
+        return new.generation_id
+
+
+async def replay_vectors(url: str, home: Path) -> str:
+    """A fresh vector generation from the stored vectors (nothing is embedded again), then a cutover.
+
+    The vectors projector writes every vector to Postgres with its checkpoint, so the
+    stored vectors of current Versions are exactly what the serving generation reflects.
+    """
+    from contentsvc.search import vector_index
+
+    async def current_vectors(conn, after_label: int) -> list[tuple]:
+        cur = await conn.execute(
+            "SELECT x.label, x.vector FROM vectors x JOIN records r ON r.record_id = x.record_id"
+            " WHERE x.space = %s AND x.label > %s AND r.current_version_id = x.version_id AND NOT r.withdrawn"
+            " ORDER BY x.label", (vector_index.SPACE, after_label))
+        return await cur.fetchall()
+
+    def add(index, rows) -> int:
+        if rows:
+            vector_index.ensure_capacity(index, len(rows))
+            index.add_items(np.stack([vector_index.from_bytes(r[1]) for r in rows]), [r[0] for r in rows])
+        return rows[-1][0] if rows else 0
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await generations.serving_or_first(conn, "vectors")
+        async with conn.transaction():
+            new = await generations.create(conn, "vectors", "building")
+        rows = await current_vectors(conn, 0)
+        index = vector_index.new_index(len(rows) + 1024)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        with Progress(*columns) as progress:
+            task = progress.add_task(f"replaying vectors into {new.generation_id}", total=max(len(rows), 1))
+            for i in range(0, len(rows), BATCH):
+                add(index, rows[i:i + BATCH])
+                progress.update(task, completed=min(i + BATCH, len(rows)))
+        max_label = rows[-1][0] if rows else 0
+        await conn.set_autocommit(False)
+        async with journal_transaction(conn):
+            old, announced, position = await generations.lock_serving(conn, "vectors")
+            max_label = max(max_label, add(index, await current_vectors(conn, max_label)))
+            vector_index.save(new.path(home), index, position, max_label)
+            await generations.cut_over(conn, old, new, position, announced)
         return new.generation_id

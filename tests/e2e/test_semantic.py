@@ -1,0 +1,80 @@
+"""Semantic and hybrid search over the engine's MiniLM space (part1 rules 16 and 20, issue: search)."""
+
+import os
+import subprocess
+import sys
+import time
+
+from tests.conftest import create_corpus, text_command
+
+TEXTS = {
+    "vaccine": "Vaccines prevent measles infection in children.",
+    "markets": "Stock markets fell sharply on inflation fears.",
+    "fox": "The quick brown fox jumps over the lazy dog.",
+}
+
+
+def wait_enriched(api, receipt_ids: list[str], timeout: float = 120) -> None:
+    """Searchable first (lexical), then enrichment ends: processing idle with a vector space."""
+    deadline = time.time() + timeout
+    pending = set(receipt_ids)
+    while pending and time.time() < deadline:
+        for rid in list(pending):
+            r = api.get(f"/v0/ingestion-receipts/{rid}").json()
+            if (r.get("availability") or {}).get("searchable") and r["processing"]["state"] == "idle":
+                pending.discard(rid)
+        time.sleep(0.2)
+    assert not pending, f"not enriched: {pending}"
+
+
+def semantic_top(api, corpus: str, query: str) -> dict:
+    r = api.post("/v0/search", json={"query": query, "corpus_ids": [corpus], "mode": "semantic", "limit": 3})
+    assert r.status_code == 200, r.text
+    return r.json()["items"][0]
+
+
+def test_semantic_hybrid_coverage_and_vector_replay(server, api):
+    corpus = create_corpus(api)
+    receipts = {k: api.post("/v0/records", json=text_command(corpus, k, t)).json()["receipt_id"]
+                for k, t in TEXTS.items()}
+    wait_enriched(api, list(receipts.values()))
+    records = {k: api.get(f"/v0/ingestion-receipts/{rid}").json()["record_id"] for k, rid in receipts.items()}
+
+    # Meaning, not words: no query term occurs in the text it finds.
+    hit = semantic_top(api, corpus, "immunization of kids")
+    assert hit["record_id"] == records["vaccine"]
+    assert hit["explanation"]["semantic_rank"] == 1 and "lexical_rank" not in hit["explanation"]
+    part = api.get(f"/v0/records/{hit['record_id']}/versions/{hit['version_id']}").json()["manifest"]["parts"][0]
+    assert part["content"]["text"][hit["excerpt"]["start"]:hit["excerpt"]["end"]] == hit["excerpt"]["text"]
+
+    # Hybrid fuses both rankings (reciprocal rank): a Version found by both ranks first.
+    r = api.post("/v0/search", json={"query": "lazy dog", "corpus_ids": [corpus], "limit": 3}).json()
+    top = r["items"][0]
+    assert top["record_id"] == records["fox"]
+    assert top["explanation"]["lexical_rank"] == 1 and top["explanation"]["semantic_rank"] == 1
+
+    # part1 rule 16: the served space, with coverage of current segments.
+    spaces = api.get(f"/v0/corpora/{corpus}/vector-spaces").json()["items"]
+    assert [(s["name"], s["owner"], s["dimensions"], s["metric"], s["role"]) for s in spaces] == [
+        ("minilm_l6_v2", "engine", 384, "cosine", "served")]
+    assert spaces[0]["coverage"] == 3
+
+    # A replay builds a new vector generation from the stored vectors and cuts over.
+    env = dict(os.environ, CONTENTSVC_DATABASE_URL=server.database_url, CONTENTSVC_HOME=str(server.home))
+    out = subprocess.run([sys.executable, "-m", "contentsvc.cli", "projector", "replay", "vectors"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert semantic_top(api, corpus, "immunization of kids")["record_id"] == records["vaccine"]
+
+    # A withdrawn Record leaves semantic results too.
+    api.post("/v0/records/withdrawals", json={"idempotency_key": "w-vaccine", "source": {
+        "corpus_id": corpus, "namespace": "test", "record_key": "vaccine"}})
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        r = api.post("/v0/search", json={"query": "immunization of kids", "corpus_ids": [corpus],
+                                         "mode": "semantic"}).json()
+        if all(h["record_id"] != records["vaccine"] for h in r["items"]):
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("a withdrawn Record is still cited")

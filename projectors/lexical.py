@@ -56,11 +56,16 @@ def availability_event(e: JournalEvent, state: str, searchable: bool) -> NewEven
     )
 
 
-def apply_to_index(writer: LexicalWriter, events: list[JournalEvent]) -> None:
+def apply_to_index(writer: LexicalWriter, events: list[JournalEvent], indexed: set[str] | None = None) -> None:
+    """Fold record events into the index. `indexed`, when given, holds the Records a fresh
+    generation already has: a Record not in it has no documents to delete (replays skip the delete)."""
     for e in events:
         if e.kind == ev.RECORD_ACCEPTED:
             p = e.payload
-            writer.remove_record(p["record_id"])
+            if indexed is None or p["record_id"] in indexed:
+                writer.remove_record(p["record_id"])
+            if indexed is not None:
+                indexed.add(p["record_id"])
             if not p.get("quarantined"):
                 writer.add_version(e.org_id, p["source"]["corpus_id"], p["source"]["namespace"], p["record_id"],
                                    p["version_id"], p["manifest"])

@@ -28,13 +28,14 @@ from projectors.lexical import KIND, apply_to_index, availability_event, still_c
 BATCH = 2000
 
 
-async def _fold(conn, writer: LexicalWriter, start: int, end: int, progress=None, task=None) -> int:
+async def _fold(conn, writer: LexicalWriter, start: int, end: int, indexed: set[str], progress=None,
+                task=None) -> int:
     position = start
     while position < end:
         events = [e for e in await read_after(conn, position, BATCH) if e.position <= end]
         if not events:
             break
-        apply_to_index(writer, events)
+        apply_to_index(writer, events, indexed)
         position = events[-1].position
         if progress is not None:
             progress.update(task, completed=position)
@@ -63,7 +64,8 @@ async def replay_lexical(url: str, home: Path) -> str:
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns) as progress:
             task = progress.add_task(f"replaying {KIND} into {new.generation_id}", total=max(head, 1))
-            position = await _fold(conn, writer, 0, head, progress, task)
+            indexed: set[str] = set()
+            position = await _fold(conn, writer, 0, head, indexed, progress, task)
             writer.commit(position)
             progress.update(task, completed=max(head, 1))
 
@@ -71,7 +73,7 @@ async def replay_lexical(url: str, home: Path) -> str:
         async with journal_transaction(conn):
             old, announced, serving_position = await generations.lock_serving(conn, KIND)
             target = max(position, serving_position)
-            position = await _fold(conn, writer, position, target)
+            position = await _fold(conn, writer, position, target, indexed)
             # The serving generation published availability up to its checkpoint; what the new one
             # holds beyond it (the projector lagged or was down) is published here, with the
             # cutover that makes it visible, or it would never be (the projector resumes at target).

@@ -94,6 +94,8 @@ class VectorSearcher:
         directory = generation.path(self.home)
         snapshot = vector_index.read_snapshot(directory)
         if snapshot is None:
+            if self._index is not None and self._file and self._file.startswith(generation.generation_id):
+                return self._index  # the files moved under us: answer from the loaded snapshot
             raise search_unavailable(f"vector generation {generation.generation_id} has no snapshot yet")
         key = f"{generation.generation_id}/{snapshot.file}"
         if key != self._file:
@@ -224,7 +226,7 @@ async def _ranked(conn: AsyncConnection, p: Principal, req: SearchRequest, fetch
 
 async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: VectorSearcher, p: Principal,
                 req: SearchRequest, with_vectors: list[str]) -> list[SearchHit]:
-    wanted = req.limit * 3 + 10
+    wanted = req.limit * 2 + 10
     namespaces = req.filter.source_namespaces if req.filter else None
     lexical_ranked, semantic_ranked, hydrated = [], [], {}
     if req.mode in ("lexical", "hybrid"):

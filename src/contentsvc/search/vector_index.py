@@ -78,9 +78,12 @@ def save(directory: Path, index: hnswlib.Index, position: int, max_label: int) -
     tmp.write_text(json.dumps({"position": position, "max_label": max_label, "file": name}))
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
+    previous = read_snapshot(directory)
     os.replace(tmp, directory / "snapshot.json")
+    # Keep the snapshot just replaced: a searcher may be loading it right now.
+    keep = {name, previous.file if previous else name}
     for old in directory.glob(f"{SPACE}-*.hnsw"):
-        if old.name != name:
+        if old.name not in keep:
             old.unlink(missing_ok=True)
     return Snapshot(position, max_label, name)
 

@@ -27,10 +27,17 @@ def wait_enriched(api, receipt_ids: list[str], timeout: float = 120) -> None:
     assert not pending, f"not enriched: {pending}"
 
 
-def semantic_top(api, corpus: str, query: str) -> dict:
-    r = api.post("/v0/search", json={"query": query, "corpus_ids": [corpus], "mode": "semantic", "limit": 3})
-    assert r.status_code == 200, r.text
-    return r.json()["items"][0]
+def semantic_top(api, corpus: str, query: str, expect: int = 1, timeout: float = 30) -> dict:
+    """The first semantic hit, once `expect` Records are found. The API serves the vector
+    index's latest snapshot, which trails enrichment by up to the snapshot interval
+    (docs/architecture.md, Search)."""
+    deadline = time.time() + timeout
+    while True:
+        r = api.post("/v0/search", json={"query": query, "corpus_ids": [corpus], "mode": "semantic", "limit": 3})
+        assert r.status_code == 200, r.text
+        if len(r.json()["items"]) >= expect or time.time() > deadline:
+            return r.json()["items"][0]
+        time.sleep(0.2)
 
 
 def test_semantic_hybrid_coverage_and_vector_replay(server, api):
@@ -41,7 +48,7 @@ def test_semantic_hybrid_coverage_and_vector_replay(server, api):
     records = {k: api.get(f"/v0/ingestion-receipts/{rid}").json()["record_id"] for k, rid in receipts.items()}
 
     # Meaning, not words: no query term occurs in the text it finds.
-    hit = semantic_top(api, corpus, "immunization of kids")
+    hit = semantic_top(api, corpus, "immunization of kids", expect=3)
     assert hit["record_id"] == records["vaccine"]
     assert hit["explanation"]["semantic_rank"] == 1 and "lexical_rank" not in hit["explanation"]
     part = api.get(f"/v0/records/{hit['record_id']}/versions/{hit['version_id']}").json()["manifest"]["parts"][0]

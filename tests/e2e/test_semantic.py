@@ -5,7 +5,10 @@ import subprocess
 import sys
 import time
 
-from tests.conftest import create_corpus, text_command
+import psycopg
+
+from contentsvc.auth import keys
+from tests.conftest import ServerProcess, client_for, create_corpus, text_command
 
 TEXTS = {
     "vaccine": "Vaccines prevent measles infection in children.",
@@ -40,7 +43,20 @@ def semantic_top(api, corpus: str, query: str, expect: int = 1, timeout: float =
         time.sleep(0.2)
 
 
-def test_semantic_hybrid_coverage_and_vector_replay(server, api):
+def test_semantic_hybrid_coverage_and_vector_replay(databases, tmp_path):
+    # Its own server: the vector replay below cuts over every Corpus of the deployment.
+    url = databases.create()
+    with psycopg.connect(url, autocommit=True) as conn:
+        secret = keys.create_key(conn, "semantic", keys.parse_actions("*"), None, None).secret
+    server = ServerProcess(url, tmp_path)
+    try:
+        with client_for(server, secret) as api:
+            _scenario(server, api)
+    finally:
+        server.stop()
+
+
+def _scenario(server, api):
     corpus = create_corpus(api)
     receipts = {k: api.post("/v0/records", json=text_command(corpus, k, t)).json()["receipt_id"]
                 for k, t in TEXTS.items()}

@@ -130,10 +130,7 @@ class LexicalProjector:
                 # The generation row first, then the journal lock (in append), as the publishing
                 # step and a replay's cutover take them: a cutover cannot deadlock with this, and
                 # a generation retired meanwhile announces nothing (its successor will, once).
-                cur = await conn.execute(
-                    "SELECT state FROM search_generations WHERE generation_id = %s FOR UPDATE",
-                    (generation.generation_id,))
-                if (await cur.fetchone())[0] != "serving":
+                if not await generations.hold_if_serving(conn, generation):
                     self.generation = None
                     return 0
                 await conn.execute("UPDATE search_generations SET announced = %s WHERE generation_id = %s",
@@ -145,9 +142,7 @@ class LexicalProjector:
             writer.commit(last)
 
         async with journal_transaction(conn):
-            cur = await conn.execute("SELECT state FROM search_generations WHERE generation_id = %s FOR UPDATE",
-                                     (generation.generation_id,))
-            if (await cur.fetchone())[0] == "serving":
+            if await generations.hold_if_serving(conn, generation):
                 ready = [e for e in still_current(events) if e.position > self.published]
                 await append(conn, [availability_event(e, "retrieval_ready", True) for e in ready])
                 await conn.execute(

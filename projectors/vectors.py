@@ -128,10 +128,7 @@ class VectorProjector:
         vectors = await asyncio.to_thread(self.embedder.embed, texts) if texts else np.zeros((0, 384), "f4")
 
         async with journal_transaction(conn):
-            cur = await conn.execute(
-                "SELECT state FROM search_generations WHERE generation_id = %s FOR UPDATE",
-                (generation.generation_id,))
-            if (await cur.fetchone())[0] != "serving":
+            if not await generations.hold_if_serving(conn, generation):
                 self.generation = None
                 return 0
             cur = await conn.execute(

@@ -46,6 +46,14 @@ async def create(conn: AsyncConnection, kind: str, state: str) -> Generation:
     return generation
 
 
+async def hold_if_serving(conn: AsyncConnection, generation: Generation) -> bool:
+    """Lock the generation's row for this transaction; False when it no longer serves
+    (a replay cut over: the caller drops what it was about to publish)."""
+    cur = await conn.execute("SELECT state FROM search_generations WHERE generation_id = %s FOR UPDATE",
+                             (generation.generation_id,))
+    return (await cur.fetchone())[0] == "serving"
+
+
 async def lock_serving(conn: AsyncConnection, kind: str) -> tuple[Generation, int, int]:
     """Hold the serving generation's row (the projector waits on it); returns it, its
     `announced` mark and its checkpoint, read only once the row is held (a statement that

@@ -82,12 +82,17 @@ async def append(conn: AsyncConnection, events: Iterable[NewEvent]) -> None:
     await conn.execute(_APPEND, columns)
 
 
-async def read_after(conn: AsyncConnection, position: int, limit: int) -> list[JournalEvent]:
+async def read_after(conn: AsyncConnection, position: int, limit: int,
+                     kinds: list[str] | None = None) -> list[JournalEvent]:
+    """Events after a position, in order; only those of `kinds` when given (a replay that
+    needs few kinds then decodes no other payload)."""
     cur = conn.cursor(row_factory=class_row(JournalEvent))
-    await cur.execute(
-        f"SELECT {_COLUMNS} FROM journal WHERE position > %s ORDER BY position LIMIT %s",
-        (position, limit),
-    )
+    if kinds is None:
+        await cur.execute(f"SELECT {_COLUMNS} FROM journal WHERE position > %s ORDER BY position LIMIT %s",
+                          (position, limit))
+    else:
+        await cur.execute(f"SELECT {_COLUMNS} FROM journal WHERE position > %s AND kind = ANY(%s)"
+                          " ORDER BY position LIMIT %s", (position, kinds, limit))
     return await cur.fetchall()
 
 

@@ -110,9 +110,9 @@ def _segment_end(text: str, start: int) -> int:
 class LexicalWriter:
     """The single writer of one generation (the lexical projector or a replay)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, threads: int = 1) -> None:
         self.index = open_index(path, create=True)
-        self.writer = self.index.writer(heap_size=64_000_000, num_threads=1)
+        self.writer = self.index.writer(heap_size=64_000_000 * threads, num_threads=threads)
 
     def checkpoint(self) -> int:
         self.index.reload()

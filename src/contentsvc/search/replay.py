@@ -12,6 +12,7 @@ the old index or the new one, never a gap.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -26,13 +27,14 @@ from contentsvc.search.lexical_index import LexicalWriter
 from projectors.lexical import KIND, apply_to_index, availability_event, still_current
 
 BATCH = 2000
+INDEXED_KINDS = [ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN]  # all a lexical generation is made of
 
 
 async def _fold(conn, writer: LexicalWriter, start: int, end: int, indexed: set[str], progress=None,
                 task=None) -> int:
     position = start
     while position < end:
-        events = [e for e in await read_after(conn, position, BATCH) if e.position <= end]
+        events = [e for e in await read_after(conn, position, BATCH, INDEXED_KINDS) if e.position <= end]
         if not events:
             break
         apply_to_index(writer, events, indexed)
@@ -46,10 +48,10 @@ async def _accepted_between(conn, start: int, end: int) -> list:
     """The record.accepted and record.withdrawn events in (start, end]."""
     out, position = [], start
     while position < end:
-        events = [e for e in await read_after(conn, position, BATCH) if e.position <= end]
+        events = [e for e in await read_after(conn, position, BATCH, INDEXED_KINDS) if e.position <= end]
         if not events:
             break
-        out += [e for e in events if e.kind in (ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN)]
+        out += events
         position = events[-1].position
     return out
 
@@ -59,7 +61,7 @@ async def replay_lexical(url: str, home: Path) -> str:
         await generations.serving_or_first(conn, KIND)
         async with conn.transaction():
             new = await generations.create(conn, KIND, "building")
-        writer = LexicalWriter(new.path(home))
+        writer = LexicalWriter(new.path(home), threads=os.cpu_count() or 1)  # a replay may use every core
         head = (await (await conn.execute("SELECT coalesce(max(position), 0) FROM journal")).fetchone())[0]
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns) as progress:

@@ -1101,12 +1101,17 @@ def summary_text(report: dict[str, Any]) -> str:
                      f"  {t['result'].upper()}")
     for line in report.get("problems", []):
         lines.append(f"PROBLEM: {line}")
+    return "\n".join(lines + closing_lines(report, RESULT_PATH))
+
+
+def closing_lines(report: dict[str, Any], result_path: Path) -> list[str]:
+    """The server log's health and where the figures went (the last lines of every summary)."""
+    lines = []
     log = report.get("server_log")
     if log:
         lines.append(f"server log {log['path']}: {log['lines']} lines, levels {log.get('by_level', {})}, "
                      f"tracebacks {log.get('tracebacks', 0)}")
-    lines.append(f"written {RESULT_PATH}")
-    return "\n".join(lines)
+    return lines + [f"written {result_path}"]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

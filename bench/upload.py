@@ -46,7 +46,7 @@ from typing import Any, Iterator
 
 import httpx
 
-from bench.ingest import RESULTS_DIR, BenchError, OwnService, fmt, machine_info, scan_server_log
+from bench.ingest import RESULTS_DIR, BenchError, OwnService, closing_lines, fmt, machine_info, scan_server_log
 
 RESULT_PATH = RESULTS_DIR / "upload.json"
 SERVER_LOG = RESULTS_DIR / "upload-server.log"
@@ -275,12 +275,7 @@ def summary_text(report: dict[str, Any]) -> str:
         measured = f"{t['measured']:.2f}" if isinstance(t["measured"], float) else fmt(t["measured"])
         lines.append(f"target {name:<20} {t['op']} {t['value']:>5} {t['unit']:<8} measured {measured:>8}"
                      f"  {t['result'].upper()}")
-    log = report.get("server_log")
-    if log:
-        lines.append(f"server log {log['path']}: {log['lines']} lines, levels {log.get('by_level', {})}, "
-                     f"tracebacks {log.get('tracebacks', 0)}")
-    lines.append(f"written {RESULT_PATH}")
-    return "\n".join(lines)
+    return "\n".join(lines + closing_lines(report, RESULT_PATH))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -1,11 +1,14 @@
 """Lexical projector: folds Versions into the serving Tantivy generation.
 
 Input: record.accepted (index the new Version, replacing the Record's
-previous one), record.withdrawn (remove the Record). Output: the index
-files of the serving generation, and availability events in the journal:
-`building_baseline` when a Version is picked up, `retrieval_ready` with
-`searchable: true` only after the index commit holding it is durable and
-visible to searchers.
+previous one, in every live projection generation of its Corpus),
+record.withdrawn (remove the Record), operation.changed (start, cancel or
+supersede a Corpus's projection generation: projectors/projections.py).
+Output: the index files of the serving generation, and events in the
+journal: `building_baseline` when a Version is picked up,
+`retrieval_ready` with `searchable: true` only after the index commit
+holding it is durable and visible to searchers, and the Operations'
+progress and outcomes.
 
 Order of a step, and why a crash anywhere is safe:
 1. read events after the generation's checkpoint (Postgres);
@@ -16,13 +19,16 @@ Order of a step, and why a crash anywhere is safe:
 4. in one Postgres transaction: append `retrieval_ready` events and move
    the checkpoint.
 A crash between 3 and 4 re-applies the batch to the index (delete, then
-add: idempotent) and then publishes once. An index found behind its
+add: idempotent) and then publishes once. After the fold, each building
+projection generation is backfilled by one chunk, the same way: index
+commit first, then its cursor and progress in Postgres. An index found behind its
 Postgres checkpoint (files lost or restored) is refolded from its own
 checkpoint without publishing again.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from psycopg import AsyncConnection
@@ -34,6 +40,7 @@ from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
 from contentsvc.search import generations
 from contentsvc.search.lexical_index import LexicalWriter
+from projectors import projections
 from projectors.runner import checkpoint_of
 
 log = get_logger("contentsvc.projector.lexical")
@@ -56,9 +63,11 @@ def availability_event(e: JournalEvent, state: str, searchable: bool) -> NewEven
     )
 
 
-def apply_to_index(writer: LexicalWriter, events: list[JournalEvent], indexed: set[str] | None = None) -> None:
-    """Fold record events into the index. `indexed`, when given, holds the Records a fresh
-    generation already has: a Record not in it has no documents to delete (replays skip the delete)."""
+def apply_to_index(writer: LexicalWriter, events: list[JournalEvent], live: projections.Live,
+                   indexed: set[str] | None = None) -> None:
+    """Fold record events into the index, each Version into every live projection generation
+    of its Corpus. `indexed`, when given, holds the Records a fresh index already has: a Record
+    not in it has no documents to delete (replays skip the delete)."""
     for e in events:
         if e.kind == ev.RECORD_ACCEPTED:
             p = e.payload
@@ -67,8 +76,8 @@ def apply_to_index(writer: LexicalWriter, events: list[JournalEvent], indexed: s
             if indexed is not None:
                 indexed.add(p["record_id"])
             if not p.get("quarantined"):
-                writer.add_version(e.org_id, p["source"]["corpus_id"], p["source"]["namespace"], p["record_id"],
-                                   p["version_id"], p["manifest"])
+                for projection in live.of(e.org_id, p["source"]["corpus_id"]):
+                    writer.add_version(e.org_id, projection.projection_generation_id, projection.retrieval, p)
         elif e.kind == ev.RECORD_WITHDRAWN:
             writer.remove_record(e.payload["record_id"])
 
@@ -87,13 +96,16 @@ def still_current(events: list[JournalEvent]) -> list[JournalEvent]:
 
 class LexicalProjector:
     name = KIND
+    PURGE_EVERY_SECONDS = 5.0
 
     def __init__(self, home: Path) -> None:
         self.home = home
         self.generation: generations.Generation | None = None
         self.writer: LexicalWriter | None = None
+        self.live = projections.Live()
         self.position = 0  # what the index reflects
         self.published = 0  # what availability events were published for
+        self.purged_at = 0.0
 
     async def _open_serving(self, conn: AsyncConnection) -> None:
         generation = await generations.serving_or_first(conn, KIND)
@@ -105,12 +117,20 @@ class LexicalProjector:
         self.writer = LexicalWriter(generation.path(self.home))
         async with conn.transaction():
             self.published = await checkpoint_of(conn, generation.checkpoint_name)
+            self.live = await projections.load_live(conn)
         self.position = min(self.writer.checkpoint(), self.published)
         log.info("lexical_generation_open", generation=generation.generation_id,
                  index_position=self.position, published=self.published)
 
     async def step(self, conn: AsyncConnection, batch_size: int) -> int:
         await self._open_serving(conn)
+        folded = await self._fold(conn, batch_size)
+        pending = await self._backfill(conn) if self.generation else False
+        if self.generation and time.monotonic() - self.purged_at > self.PURGE_EVERY_SECONDS:
+            await self._purge(conn)
+        return batch_size if pending else folded
+
+    async def _fold(self, conn: AsyncConnection, batch_size: int) -> int:
         generation, writer = self.generation, self.writer
         async with conn.transaction():
             events = await read_after(conn, self.position, batch_size)
@@ -137,18 +157,74 @@ class LexicalProjector:
                                    (last, generation.generation_id))
                 await append(conn, [availability_event(e, "building_baseline", False) for e in fresh])
 
-        if any(e.kind in (ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN) for e in events):
-            apply_to_index(writer, events)
+        decisions = projections.Decisions()
+        undecided = [e for e in events if e.position > self.published]  # decided before a restart: not again
+        if undecided:
+            async with conn.transaction():
+                decisions = await projections.decide(conn, self.live, undecided)
+        if decisions.started or decisions.ended or any(e.kind in (ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN)
+                                                       for e in events):
+            apply_to_index(writer, events, self.live)
             writer.commit(last)
 
         async with journal_transaction(conn):
-            if await generations.hold_if_serving(conn, generation):
-                ready = [e for e in still_current(events) if e.position > self.published]
-                await append(conn, [availability_event(e, "retrieval_ready", True) for e in ready])
-                await conn.execute(
-                    "UPDATE projector_checkpoints SET position = greatest(position, %s), updated_at = now()"
-                    " WHERE name = %s", (last, generation.checkpoint_name))
-                await conn.execute("SELECT pg_notify(%s, %s)", (PROGRESS_CHANNEL, KIND))
+            if not await generations.hold_if_serving(conn, generation):
+                self.generation = None  # reopen: the live generations are read again
+                return 0
+            ready = [e for e in still_current(events) if e.position > self.published]
+            await append(conn, [availability_event(e, "retrieval_ready", True) for e in ready] + decisions.events())
+            await projections.record(conn, decisions)
+            await conn.execute(
+                "UPDATE projector_checkpoints SET position = greatest(position, %s), updated_at = now()"
+                " WHERE name = %s", (last, generation.checkpoint_name))
+            await conn.execute("SELECT pg_notify(%s, %s)", (PROGRESS_CHANNEL, KIND))
         self.position = last
         self.published = max(self.published, last)
         return len(events)
+
+    async def _backfill(self, conn: AsyncConnection) -> bool:
+        """One chunk for each building projection generation; True while any remains."""
+        generation, writer = self.generation, self.writer
+        pending = False
+        for p in self.live.building():
+            if p.backfill_index != generation.generation_id:  # a cursor holds only for the index it was made in
+                p.backfill_index, p.backfill_cursor, p.versions_done = generation.generation_id, "", 0
+            async with conn.transaction():
+                rows = await projections.latest_record_events(conn, p, self.position)
+            for record_id, kind, payload in rows:
+                writer.remove_record_in(p.projection_generation_id, record_id)
+                if kind == ev.RECORD_ACCEPTED and not payload.get("quarantined"):
+                    writer.add_version(p.org_id, p.projection_generation_id, p.retrieval, payload)
+                    p.versions_done += 1
+            if rows:
+                p.backfill_cursor = rows[-1][0]
+                writer.commit(self.position)
+            finished = len(rows) < projections.BACKFILL_CHUNK
+            async with journal_transaction(conn):
+                if not await generations.hold_if_serving(conn, generation):
+                    self.generation = None
+                    return False
+                await projections.save_backfill(conn, p)
+                if finished:
+                    news = await projections.cut_over(conn, self.live, p)
+                else:
+                    news = [projections.operation_event(p, {"state": "running", **projections.counters(p)})]
+                await append(conn, news)
+            if finished:
+                log.info("projection_generation_built", generation=p.projection_generation_id,
+                         corpus=p.corpus_id, operation=p.operation_id, outcome=news[0].payload["operation"]["state"])
+            pending = pending or not finished
+        return pending
+
+    async def _purge(self, conn: AsyncConnection) -> None:
+        """Documents of ended generations leave the index (retired ones after a grace period)."""
+        self.purged_at = time.monotonic()
+        async with conn.transaction():
+            ended = await projections.purgeable(conn)
+        if not ended:
+            return
+        for generation_id in ended:
+            self.writer.remove_projection(generation_id)
+        self.writer.commit(self.position)
+        async with conn.transaction():
+            await projections.mark_purged(conn, ended)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
+from contentsvc.domain import operations
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
 
@@ -30,6 +31,35 @@ _CORPUS = """
 INSERT INTO corpora (org_id, corpus_id, name, retrieval, projection_generation_id, vector_spaces, created_at)
 SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::jsonb[], %b::text[], %b::jsonb[], %b::timestamptz[])
 ON CONFLICT DO NOTHING
+"""
+# A Corpus's first projection generation serves from the start (positions 0: any
+# Operation on the Corpus is accepted after it).
+_FIRST_PROJECTION = """
+INSERT INTO corpus_projections (projection_generation_id, org_id, corpus_id, retrieval, vector_spaces, state,
+                                accepted_position, config_position)
+SELECT *, 'serving', 0, 0 FROM unnest(%b::text[], %b::text[], %b::text[], %b::jsonb[], %b::jsonb[])
+ON CONFLICT DO NOTHING
+"""
+# The routed generation and effective configuration move at a cutover.
+_RETRIEVAL_CHANGED = """
+UPDATE corpora c SET retrieval = u.retrieval, projection_generation_id = u.generation, vector_spaces = u.spaces
+FROM unnest(%b::text[], %b::text[], %b::text[], %b::jsonb[], %b::text[], %b::jsonb[])
+     AS u(corpus_key, org_id, corpus_id, retrieval, generation, spaces)
+WHERE c.org_id = u.org_id AND c.corpus_id = u.corpus_id
+"""
+# Operations: each event carries the members that moved; the rules of
+# domain/operations.merge (a terminal state sticks, a cancel request is not
+# hidden by work reports) in SQL.
+_OPERATION = """
+INSERT INTO operations AS o (operation_id, org_id, corpus_id, doc, request)
+SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::jsonb[], %b::jsonb[])
+ON CONFLICT (operation_id) DO UPDATE SET
+    doc = CASE
+        WHEN o.doc->>'state' IN ('succeeded', 'failed', 'canceled') THEN o.doc
+        WHEN o.doc->>'state' = 'cancel_requested' AND EXCLUDED.doc->>'state' IN ('queued', 'running')
+            THEN o.doc || EXCLUDED.doc || '{"state": "cancel_requested"}'::jsonb
+        ELSE o.doc || EXCLUDED.doc END,
+    updated_at = now()
 """
 _RECEIPT = """
 INSERT INTO receipts (receipt_id, org_id, corpus_id, namespace, record_key, accepted_at, state, diagnostics)
@@ -109,6 +139,28 @@ def _corpus(e) -> tuple:
     p = e.payload
     return (e.org_id, p["corpus_id"], p["name"], Jsonb(p["retrieval"]), p["projection_generation_id"],
             Jsonb(p["vector_spaces"]), p["created_at"])
+
+
+def _first_projection(e) -> tuple:
+    p = e.payload
+    return (p["projection_generation_id"], e.org_id, p["corpus_id"], Jsonb(p["retrieval"]), Jsonb(p["vector_spaces"]))
+
+
+def _retrieval_changed(e) -> tuple:
+    p = e.payload
+    return (f"{e.org_id}/{e.corpus_id}", e.org_id, e.corpus_id, Jsonb(p["retrieval"]), p["projection_generation_id"],
+            Jsonb(p["vector_spaces"]))
+
+
+def _operation(e) -> tuple:
+    p = e.payload
+    return (p["operation"]["operation_id"], e.org_id, e.corpus_id, Jsonb(p["operation"]),
+            Jsonb(p.get("request") or {}))
+
+
+def _operation_moves(earlier: tuple, later: tuple) -> tuple:
+    return earlier[:3] + (Jsonb(operations.merge(earlier[3].obj, later[3].obj)),
+                          earlier[4] if earlier[4].obj else later[4])
 
 
 def _receipt(e) -> tuple:
@@ -201,6 +253,9 @@ def _later_version_first_creation(earlier: tuple, later: tuple) -> tuple:
 # (kinds, SQL, row builder, how two rows for one key merge, or None), applied in this order.
 FOLD_ORDER = [
     ({ev.CORPUS_CREATED}, _CORPUS, _corpus, None),
+    ({ev.CORPUS_CREATED}, _FIRST_PROJECTION, _first_projection, None),
+    ({ev.CORPUS_RETRIEVAL_CHANGED}, _RETRIEVAL_CHANGED, _retrieval_changed, _last_wins),
+    ({ev.OPERATION_CHANGED}, _OPERATION, _operation, _operation_moves),
     ({ev.INGEST_ACCEPTED, ev.WITHDRAWAL_ACCEPTED}, _RECEIPT, _receipt, None),
     ({ev.RECORD_ACCEPTED}, _RECORD, _record, _later_version_first_creation),
     ({ev.RECORD_ACCEPTED}, _VERSION, _version, None),

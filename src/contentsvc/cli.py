@@ -80,7 +80,7 @@ def cmd_projector(args, settings: Settings) -> int:
     if args.action == "replay":
         from contentsvc.projector_status import replay
 
-        return replay(url, projectors[args.name])
+        return replay(url, projectors[args.name], args.corpus, args.org)
     return 2
 
 
@@ -157,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     psub.add_parser("status", help="each projector's position and lag")
     r = psub.add_parser("replay", help="rebuild a projector's output from position 0")
     r.add_argument("name")
+    r.add_argument("--corpus", help="lexical only: rebuild this Corpus's projection generation (an Operation)")
+    r.add_argument("--org", help="the Corpus's Organization, when its id exists in several")
     p.set_defaults(func=cmd_projector)
 
     p = sub.add_parser("keys", help="operator: API keys")

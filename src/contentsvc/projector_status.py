@@ -22,6 +22,9 @@ def print_status(url: str, names: list[str]) -> int:
         generations = conn.execute(
             "SELECT kind, generation_id, state FROM search_generations WHERE state <> 'retired'"
             " ORDER BY kind, created_at").fetchall()
+        building = conn.execute(
+            "SELECT org_id || '/' || corpus_id, projection_generation_id, operation_id, versions_done,"
+            " versions_in_scope FROM corpus_projections WHERE state = 'building' ORDER BY accepted_position").fetchall()
     table = Table(title=f"journal head {head}")
     for column in ("projector", "generation", "position", "lag (events)", "updated"):
         table.add_column(column)
@@ -32,11 +35,19 @@ def print_status(url: str, names: list[str]) -> int:
             position, updated = rows.get(f"{name}:{generation}" if generation else name, (0, None))
             table.add_row(name, f"{generation} ({state})" if generation else "-", str(position),
                           str(head - position), updated.isoformat() if updated else "never")
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    if building:
+        table = Table(title="corpus projection generations being built")
+        for column in ("corpus", "generation", "operation", "versions done", "in scope"):
+            table.add_column(column)
+        for row in building:
+            table.add_row(*(str(v) for v in row))
+        console.print(table)
     return 0
 
 
-READ_TABLES = ("corpora", "receipts", "records", "versions", "uploads", "blobs")
+READ_TABLES = ("corpora", "receipts", "records", "versions", "uploads", "blobs", "operations")
 
 
 async def _replay_readmodel(url: str, projector) -> None:
@@ -64,7 +75,45 @@ async def _replay_readmodel(url: str, projector) -> None:
                                (position, projector.name))
 
 
-def replay(url: str, projector) -> int:
+async def _rebuild_corpus(url: str, corpus_id: str, org_id: str | None) -> int:
+    """A rebuild Operation accepted on the operator's behalf, followed to its end."""
+    from contentsvc.auth.principal import Principal
+    from contentsvc.domain.models import KeyedActionRequest
+    from contentsvc.ids import new_id
+    from contentsvc.operation_commands import rebuild_corpus
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT org_id FROM corpora WHERE corpus_id = %s AND (%s::text IS NULL OR org_id = %s)",
+                                 (corpus_id, org_id, org_id))
+        orgs = [r[0] for r in await cur.fetchall()]
+        if len(orgs) != 1:
+            print(f"corpus {corpus_id!r} " + ("not found" if not orgs else "exists in several Organizations; add --org"))
+            return 2
+        operator = Principal(key_id="operator", org_id=orgs[0], actions=frozenset(), corpora=None)
+        operation_id, _ = await rebuild_corpus(conn, operator, corpus_id,
+                                               KeyedActionRequest(idempotency_key=new_id("operator")))
+        print(f"rebuild {operation_id} accepted for corpus {corpus_id}; the lexical projector builds it")
+        with Progress() as progress:
+            task = progress.add_task(f"rebuilding {corpus_id}", total=None)
+            while True:
+                doc = (await (await conn.execute("SELECT doc FROM operations WHERE operation_id = %s",
+                                                 (operation_id,))).fetchone())[0]
+                counters = doc["counters"]
+                progress.update(task, total=max(counters["versions_in_scope"], 1), completed=counters["versions_done"])
+                if doc["state"] in ("succeeded", "failed", "canceled"):
+                    break
+                await asyncio.sleep(0.5)
+    print(f"{operation_id}: {doc['state']}" + (f", serving {doc['result']['projection_generation_id']}"
+                                               if doc.get("result") else f" {doc.get('errors')}"))
+    return 0 if doc["state"] == "succeeded" else 1
+
+
+def replay(url: str, projector, corpus_id: str | None = None, org_id: str | None = None) -> int:
+    if corpus_id is not None:
+        if projector.name != "lexical":
+            print("--corpus rebuilds one Corpus's lexical projection generation: use it with `replay lexical`")
+            return 2
+        return asyncio.run(_rebuild_corpus(url, corpus_id, org_id))
     if projector.name == "readmodel":
         asyncio.run(_replay_readmodel(url, projector))
         print("replayed readmodel from position 0")

@@ -13,7 +13,7 @@ from litestar.exceptions import HTTPException
 from psycopg_pool import PoolTimeout
 
 from contentsvc.api import changes, corpora, health, openapi, receipts, records, search
-from contentsvc.api import uploads
+from contentsvc.api import operations, uploads
 from contentsvc.api.http import Services
 from contentsvc.changefeed import FEED_PROJECTOR, FeedTicker
 from contentsvc.config import MAX_BATCH_BYTES, Settings
@@ -141,7 +141,7 @@ def create_app(settings: Settings, database_url: str) -> Litestar:
     return Litestar(
         route_handlers=[
             *records.ROUTES, *receipts.ROUTES, *search.ROUTES, *corpora.ROUTES, *changes.ROUTES, *health.ROUTES, *openapi.ROUTES,
-            *uploads.ROUTES,
+            *uploads.ROUTES, *operations.ROUTES,
         ],
         lifespan=[lifespan],
         exception_handlers={

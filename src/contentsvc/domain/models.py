@@ -364,6 +364,33 @@ class ActionRequest(Input, kw_only=True):
     idempotency_key: NonEmpty | None = None
 
 
+class KeyedActionRequest(Input, kw_only=True):
+    """ActionRequest where the key is required: the action creates something (a rebuild, a rerun)."""
+
+    idempotency_key: NonEmpty
+
+
+class ConfigUpdate(Input, kw_only=True):
+    idempotency_key: NonEmpty
+    retrieval: RetrievalConfig
+
+
+class OperationResult(Output, kw_only=True):
+    projection_generation_id: str
+
+
+class Operation(Output, kw_only=True):
+    operation_id: str
+    kind: str
+    state: Literal["queued", "running", "paused", "succeeded", "failed", "cancel_requested", "canceled"]
+    progress: float | None = None
+    counters: dict[str, int]
+    errors: list[Error]
+    previous_operation_id: str | None = None
+    corpus_id: str | None = None
+    result: OperationResult | None = None
+
+
 class Upload(Output, kw_only=True):
     upload_id: str
     state: Literal["awaiting_upload", "verifying", "verified", "failed"]

@@ -65,3 +65,68 @@ def effective_retrieval(config: RetrievalConfig | None, field_prefix: str = "/re
         }
     fields = [explicit.pop(d["name"], d) for d in DEFAULT_FIELDS] + list(explicit.values())
     return {"plugin_profile": config.plugin_profile, "fields": fields}
+
+
+# ------------------------------------------------------- what a configuration indexes
+
+TEXT_POINTER = "/manifest/text"  # all text Parts: indexed Part by Part, so hits cite a Part
+
+
+def source_view(payload: dict) -> dict:
+    """The canonical source view of a Version (record.accepted payload) that pointers address."""
+    manifest = payload["manifest"]
+    texts = [p for p in manifest["parts"] if p["content"].get("kind") == "text"]
+    return {
+        "manifest": {
+            **manifest,
+            "title": " ".join(p["content"]["text"] for p in texts if p["role"] == "title"),
+            "text": "\n".join(p["content"]["text"] for p in texts),
+        },
+        "provenance": payload.get("provenance") or {},
+        "extensions": payload.get("extensions") or {},
+    }
+
+
+def resolve(view: dict, pointer: str):
+    """RFC 6901: the value at `pointer`, or None when it leads nowhere."""
+    node = view
+    for token in pointer.split("/")[1:]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return None
+    return node
+
+
+def _as_text(value, field_type: str) -> str:
+    if field_type == "string" and isinstance(value, str):
+        return value
+    if field_type == "string_array" and isinstance(value, list):
+        return " ".join(v for v in value if isinstance(v, str))
+    return ""
+
+
+class IndexTexts:
+    """A Version's searchable text under one configuration: the title (the `title`
+    search field replaces the projected title), whether the Parts' text is searched
+    (the `body` field on its default pointer), and the other search fields' text,
+    indexed once per Version."""
+
+    def __init__(self, retrieval: dict, payload: dict) -> None:
+        view = source_view(payload)
+        self.title = ""
+        self.parts_searched = False
+        extra: list[str] = []
+        for f in retrieval["fields"]:
+            if "search" not in f["roles"]:
+                continue
+            if f["name"] == "body" and f["source_pointer"] == TEXT_POINTER:
+                self.parts_searched = True
+            elif f["name"] == "title":
+                self.title = _as_text(resolve(view, f["source_pointer"]), f["type"])
+            else:
+                extra.append(_as_text(resolve(view, f["source_pointer"]), f["type"]))
+        self.extra = " ".join(t for t in extra if t)

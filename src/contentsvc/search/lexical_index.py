@@ -1,10 +1,13 @@
 """One Tantivy index per lexical generation, holding every Corpus.
 
 Documents: one per searchable text Part of a current Version, or per
-segment of a long Part. Organization, Corpus and source namespace are
-indexed raw fields that every query filters on (with zero score) before
-the text scores. A checkpoint document records the journal position the
-last commit contains, so a generation knows how far it got.
+segment of a long Part, for each live projection generation of its Corpus
+(the Corpus's retrieval configuration decides the text). Organization,
+projection generation and source namespace are indexed raw fields that
+every query filters on (with zero score) before the text scores: a search
+reads exactly the generation its Corpus is routed to. A checkpoint document
+records the journal position the last commit contains, so an index knows
+how far it got.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tantivy
+
+from contentsvc.domain.retrieval import IndexTexts
 
 ANALYZER = "contentsvc_en"
 SEGMENT_CHARS = 4000  # code points per indexed segment of a long Part
@@ -30,12 +35,14 @@ STOPWORDS = [
 
 def _schema() -> tantivy.Schema:
     b = tantivy.SchemaBuilder()
-    for raw in ("doc_id", "org_id", "corpus_id", "namespace", "record_id", "version_id", "part_key"):
+    for raw in ("doc_id", "org_id", "corpus_id", "projection", "record_in_projection", "namespace", "record_id",
+                "version_id", "part_key"):
         b.add_text_field(raw, stored=True, tokenizer_name="raw", index_option="basic")
     b.add_unsigned_field("segment_start", stored=True)
     b.add_unsigned_field("position", stored=True)
     b.add_text_field("title", stored=False, tokenizer_name=ANALYZER)
     b.add_text_field("body", stored=False, tokenizer_name=ANALYZER)
+    b.add_text_field("fields", stored=False, tokenizer_name=ANALYZER)  # other mapped search fields
     return b.build()
 
 
@@ -123,17 +130,29 @@ class LexicalWriter:
         return searcher.doc(hits[0][1])["position"][0]
 
     def remove_record(self, record_id: str) -> None:
+        """From every projection generation."""
         self.writer.delete_documents_by_term("record_id", record_id)
 
-    def add_version(self, org_id: str, corpus_id: str, namespace: str, record_id: str, version_id: str,
-                    manifest: dict) -> None:
-        title, segments = segments_of(manifest)
-        for seg in segments:
+    def remove_record_in(self, projection: str, record_id: str) -> None:
+        self.writer.delete_documents_by_term("record_in_projection", f"{projection}/{record_id}")
+
+    def remove_projection(self, projection: str) -> None:
+        self.writer.delete_documents_by_term("projection", projection)
+
+    def add_version(self, org_id: str, projection: str, retrieval: dict, payload: dict) -> None:
+        """Index a Version (its record.accepted payload) into one projection generation."""
+        texts = IndexTexts(retrieval, payload)
+        source = payload["source"]
+        record_id, version_id = payload["record_id"], payload["version_id"]
+        _, segments = segments_of(payload["manifest"])
+        for i, seg in enumerate(segments):
             self.writer.add_document(tantivy.Document(
-                doc_id=f"{version_id}/{seg.part_key}/{seg.start}",
-                org_id=org_id, corpus_id=corpus_id, namespace=namespace, record_id=record_id,
-                version_id=version_id, part_key=seg.part_key, segment_start=seg.start,
-                title=title, body=seg.text,
+                doc_id=f"{projection}/{version_id}/{seg.part_key}/{seg.start}",
+                org_id=org_id, corpus_id=source["corpus_id"], projection=projection,
+                record_in_projection=f"{projection}/{record_id}", namespace=source["namespace"],
+                record_id=record_id, version_id=version_id, part_key=seg.part_key, segment_start=seg.start,
+                title=texts.title, body=seg.text if texts.parts_searched else "",
+                fields=texts.extra if i == 0 else "",  # once per Version
             ))
 
     def commit(self, position: int) -> None:
@@ -165,20 +184,21 @@ def _terms_query(index: tantivy.Index, query_text: str) -> tantivy.Query | None:
     words = _QUERY_SYNTAX.sub(" ", unicodedata.normalize("NFC", query_text).lower()).split()
     if not words:
         return None
-    return index.parse_query(" ".join(words), ["title", "body"])
+    return index.parse_query(" ".join(words), ["title", "body", "fields"])
 
 
 def _any_of(field: str, values: list[str]) -> tantivy.Query:
     return tantivy.Query.term_set_query(SCHEMA, field, values)
 
 
-def search(index: tantivy.Index, org_id: str, corpus_ids: list[str], query_text: str, limit: int,
+def search(index: tantivy.Index, org_id: str, projections: list[str], query_text: str, limit: int,
            namespaces: list[str] | None = None) -> list[Candidate]:
-    """BM25 candidates within the Organization and Corpora (filters score zero)."""
+    """BM25 candidates within the Organization and the Corpora's routed projection
+    generations (filters score zero)."""
     text = _terms_query(index, query_text)
     if text is None:
         return []
-    filters = [tantivy.Query.term_query(SCHEMA, "org_id", org_id), _any_of("corpus_id", corpus_ids)]
+    filters = [tantivy.Query.term_query(SCHEMA, "org_id", org_id), _any_of("projection", projections)]
     if namespaces:
         filters.append(_any_of("namespace", namespaces))
     clauses = [(tantivy.Occur.Must, text)] + [

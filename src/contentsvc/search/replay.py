@@ -24,6 +24,7 @@ from contentsvc.journal.store import append, read_after
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.search import generations
 from contentsvc.search.lexical_index import LexicalWriter
+from projectors import projections
 from projectors.lexical import KIND, apply_to_index, availability_event, still_current
 
 BATCH = 2000
@@ -32,12 +33,16 @@ INDEXED_KINDS = [ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN]  # all a lexical gener
 
 async def _fold(conn, writer: LexicalWriter, start: int, end: int, indexed: set[str], progress=None,
                 task=None) -> int:
+    """Every live projection generation of each Corpus gets each Record's latest Version; a
+    generation still being backfilled restarts its backfill in the new index (its cursor
+    names the old one), so one that starts during the replay misses nothing."""
+    live = await projections.load_live(conn)
     position = start
     while position < end:
         events = [e for e in await read_after(conn, position, BATCH, INDEXED_KINDS) if e.position <= end]
         if not events:
             break
-        apply_to_index(writer, events, indexed)
+        apply_to_index(writer, events, live, indexed)
         position = events[-1].position
         if progress is not None:
             progress.update(task, completed=position)
@@ -83,6 +88,9 @@ async def replay_lexical(url: str, home: Path) -> str:
             writer.commit(target)
             await append(conn, [availability_event(e, "retrieval_ready", True) for e in unpublished])
             await generations.cut_over(conn, old, new, target, announced)
+            # The new index may hold generations that ended during the replay: purge them there too.
+            await conn.execute("UPDATE corpus_projections SET purged = false WHERE state IN ('retired', 'failed',"
+                               " 'canceled')")
         writer.close()
         return new.generation_id
 

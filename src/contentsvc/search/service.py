@@ -171,9 +171,11 @@ async def search(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vecto
                  req: SearchRequest) -> SearchResponse:
     profile = _validate(p, req)
     cur = await conn.execute(
-        "SELECT corpus_id, vector_spaces FROM corpora WHERE org_id = %s AND corpus_id = ANY(%s)",
-        (p.org_id, req.corpus_ids))
-    spaces = {row[0]: row[1] for row in await cur.fetchall()}
+        "SELECT corpus_id, vector_spaces, projection_generation_id FROM corpora"
+        " WHERE org_id = %s AND corpus_id = ANY(%s)", (p.org_id, req.corpus_ids))
+    rows = await cur.fetchall()
+    spaces = {row[0]: row[1] for row in rows}
+    routed = [row[2] for row in rows]  # each Corpus's serving projection generation, read once per search
     missing = [c for c in req.corpus_ids if c not in spaces]
     if missing:
         raise not_found(f"corpus {missing[0]!r}")
@@ -185,7 +187,7 @@ async def search(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vecto
     if with_vectors and req.mode in ("semantic", "hybrid"):
         await vectors.warm()  # a process's first load of the model is not this search's latency
     try:
-        items = await asyncio.wait_for(_hits(conn, lexical, vectors, p, req, with_vectors),
+        items = await asyncio.wait_for(_hits(conn, lexical, vectors, p, req, with_vectors, routed),
                                        profile.max_latency_ms / 1000)
     except asyncio.TimeoutError:
         raise ApiError(504, "search_deadline_exceeded",
@@ -225,7 +227,7 @@ async def _ranked(conn: AsyncConnection, p: Principal, req: SearchRequest, fetch
 
 
 async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: VectorSearcher, p: Principal,
-                req: SearchRequest, with_vectors: list[str]) -> list[SearchHit]:
+                req: SearchRequest, with_vectors: list[str], routed: list[str]) -> list[SearchHit]:
     wanted = req.limit * 2 + 10
     namespaces = req.filter.source_namespaces if req.filter else None
     lexical_ranked, semantic_ranked, hydrated = [], [], {}
@@ -234,7 +236,7 @@ async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vector
 
         async def fetch_lexical(n: int):
             return await asyncio.to_thread(
-                lexical_index.search, index, p.org_id, req.corpus_ids, req.query, n, namespaces)
+                lexical_index.search, index, p.org_id, routed, req.query, n, namespaces)
 
         lexical_ranked, found = await _ranked(conn, p, req, fetch_lexical, wanted)
         hydrated.update(found)

@@ -1,0 +1,94 @@
+"""Routes of the Operation family: get, cancel, rerun, resume (part 1 rules 9 to 12),
+and the two that start Operations on a Corpus: configureRetrieval (rule 15) and
+rebuildCorpusProjection (rule 17)."""
+
+from __future__ import annotations
+
+import msgspec
+from litestar import Request, Response, get, post, put
+from psycopg import AsyncConnection
+
+from contentsvc import operation_commands as commands
+from contentsvc.api.http import authenticate, read_body, read_json, respond, services
+from contentsvc.auth.principal import Principal
+from contentsvc.config import MAX_INGEST_BYTES
+from contentsvc.domain.decoding import decode_body
+from contentsvc.domain.models import ActionRequest, ConfigUpdate, KeyedActionRequest, Operation
+from contentsvc.errors import not_found
+
+
+async def load_operation(conn: AsyncConnection, p: Principal, operation_id: str) -> Operation:
+    """Another Organization's Operation, or one on a Corpus outside the key's scope, is 404."""
+    cur = await conn.execute("SELECT corpus_id, doc FROM operations WHERE operation_id = %s AND org_id = %s",
+                             (operation_id, p.org_id))
+    row = await cur.fetchone()
+    if row is None or (row[0] is not None and not p.covers(row[0])):
+        raise not_found("operation")
+    return msgspec.convert(row[1], Operation)
+
+
+def _location(operation_id: str) -> dict[str, str]:
+    return {"Location": f"/v0/operations/{operation_id}"}
+
+
+async def _answer(request: Request, p: Principal, operation_id: str, status: int) -> Response:
+    async with services(request).pool.connection() as conn:
+        operation = await load_operation(conn, p, operation_id)
+    return respond(operation, status, _location(operation_id))
+
+
+@get("/v0/operations/{operation_id:str}", operation_id="getOperation")
+async def get_operation(request: Request, operation_id: str) -> Response:
+    p = await authenticate(request, "operations:read")
+    return await _answer(request, p, operation_id, 200)
+
+
+@post("/v0/operations/{operation_id:str}/cancel", operation_id="cancelOperation", status_code=200)
+async def cancel_operation(request: Request, operation_id: str) -> Response:
+    p = await authenticate(request, "operations:write")
+    raw = await read_body(request, MAX_INGEST_BYTES)
+    req = decode_body(raw, ActionRequest) if raw.strip() else None
+    async with services(request).pool.connection() as conn:
+        await commands.cancel_operation(conn, p, operation_id, req)
+    return await _answer(request, p, operation_id, 200)
+
+
+@post("/v0/operations/{operation_id:str}/rerun", operation_id="rerunOperation", status_code=202)
+async def rerun_operation(request: Request, operation_id: str) -> Response:
+    p = await authenticate(request, "operations:write")
+    req = await read_json(request, KeyedActionRequest, MAX_INGEST_BYTES)
+    async with services(request).pool.connection() as conn:
+        new_id, _ = await commands.rerun_operation(conn, p, operation_id, req)
+    return await _answer(request, p, new_id, 202)
+
+
+@post("/v0/operations/{operation_id:str}/resume", operation_id="resumeOperation", status_code=200)
+async def resume_operation(request: Request, operation_id: str) -> Response:
+    """Only a paused backfill resumes; this deployment runs no backfills, so every
+    Operation is returned as it is (rule 12)."""
+    p = await authenticate(request, "operations:write")
+    raw = await read_body(request, MAX_INGEST_BYTES)
+    if raw.strip():
+        decode_body(raw, ActionRequest)
+    return await _answer(request, p, operation_id, 200)
+
+
+@put("/v0/corpora/{corpus_id:str}/retrieval", operation_id="configureRetrieval", status_code=202)
+async def configure_retrieval(request: Request, corpus_id: str) -> Response:
+    p = await authenticate(request, "corpora:write", "operations:write")
+    req = await read_json(request, ConfigUpdate, MAX_INGEST_BYTES)
+    async with services(request).pool.connection() as conn:
+        operation_id, _ = await commands.configure_retrieval(conn, p, corpus_id, req)
+    return await _answer(request, p, operation_id, 202)
+
+
+@post("/v0/corpora/{corpus_id:str}/rebuilds", operation_id="rebuildCorpusProjection", status_code=202)
+async def rebuild_corpus(request: Request, corpus_id: str) -> Response:
+    p = await authenticate(request, "projections:rebuild")
+    req = await read_json(request, KeyedActionRequest, MAX_INGEST_BYTES)
+    async with services(request).pool.connection() as conn:
+        operation_id, _ = await commands.rebuild_corpus(conn, p, corpus_id, req)
+    return await _answer(request, p, operation_id, 202)
+
+
+ROUTES = [get_operation, cancel_operation, rerun_operation, resume_operation, configure_retrieval, rebuild_corpus]

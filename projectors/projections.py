@@ -15,6 +15,7 @@ the old one's documents are purged only after a grace period.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,7 +27,8 @@ from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
 
 RETIRED_GRACE_SECONDS = 30  # a search that read the old routing finishes well within this
-BACKFILL_CHUNK = 500  # Records per backfill step (progress is reported after each)
+# Records per backfill step: progress is reported after each, and the live fold runs between two.
+BACKFILL_CHUNK = int(os.environ.get("CONTENTSVC_BACKFILL_CHUNK", "500"))
 
 _COLUMNS = ("projection_generation_id, org_id, corpus_id, retrieval, vector_spaces, state, operation_id,"
             " operation_kind, accepted_position, config_position, backfill_index, backfill_cursor,"

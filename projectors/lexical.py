@@ -96,7 +96,7 @@ def still_current(events: list[JournalEvent]) -> list[JournalEvent]:
 
 class LexicalProjector:
     name = KIND
-    PURGE_EVERY_SECONDS = 5.0
+    PURGE_EVERY_SECONDS = 1.0
 
     def __init__(self, home: Path) -> None:
         self.home = home

@@ -26,7 +26,8 @@ from contentsvc.domain import operations as ops
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
 
-RETIRED_GRACE_SECONDS = 30  # a search that read the old routing finishes well within this
+# A search that read the old routing finishes well within this.
+RETIRED_GRACE_SECONDS = float(os.environ.get("CONTENTSVC_RETIRED_GRACE_SECONDS", "30"))
 # Records per backfill step: progress is reported after each, and the live fold runs between two.
 BACKFILL_CHUNK = int(os.environ.get("CONTENTSVC_BACKFILL_CHUNK", "500"))
 

@@ -19,8 +19,13 @@ import uuid
 from contextlib import contextmanager
 
 import httpx
+import psycopg
 import pytest
+import tantivy
 
+from contentsvc.auth import keys
+from contentsvc.domain.operations import projection_generation_for
+from contentsvc.search import lexical_index
 from tests.conftest import ServerProcess, assert_error, client_for, create_corpus
 from tests.e2e.test_search import _token, assert_excerpt_exact, ingest, ingest_batch, search, wait_searchable
 
@@ -28,16 +33,23 @@ CHUNK = 40
 
 
 @pytest.fixture(scope="module")
-def own_server(database_url, tmp_path_factory):
-    proc = ServerProcess(database_url, tmp_path_factory.mktemp("operations"),
-                         extra_env={"CONTENTSVC_BACKFILL_CHUNK": str(CHUNK)})
+def own_server(databases, tmp_path_factory):
+    """Its own database too: the lexical generations a server serves live under its own home."""
+    proc = ServerProcess(databases.create(), tmp_path_factory.mktemp("operations"),
+                         extra_env={"CONTENTSVC_BACKFILL_CHUNK": str(CHUNK), "CONTENTSVC_RETIRED_GRACE_SECONDS": "1"})
     yield proc
     proc.stop()
 
 
+def new_key(server: ServerProcess) -> str:
+    """A key for a fresh Organization of the server's database."""
+    with psycopg.connect(server.database_url, autocommit=True) as conn:
+        return keys.create_key(conn, f"org_{uuid.uuid4().hex[:10]}", keys.parse_actions("*"), None, None).secret
+
+
 @pytest.fixture()
-def client(own_server, make_key):
-    with client_for(own_server, make_key(f"org_{uuid.uuid4().hex[:10]}")) as c:
+def client(own_server):
+    with client_for(own_server, new_key(own_server)) as c:
         yield c
 
 
@@ -67,6 +79,23 @@ def feed_since(client: httpx.Client, corpus: str, cursor: str) -> list[dict]:
             return items
         items += page["items"]
         cursor = page["next_cursor"]
+
+
+def documents_of(server: ServerProcess, projection_generation_id: str) -> int:
+    """How many documents of a Corpus projection generation the serving index files hold."""
+    with psycopg.connect(server.database_url) as conn:
+        [(index_generation,)] = conn.execute(
+            "SELECT generation_id FROM search_generations WHERE kind = 'lexical' AND state = 'serving'").fetchall()
+    index = lexical_index.open_index(server.home / "indexes" / "lexical" / index_generation)
+    query = tantivy.Query.term_query(lexical_index.SCHEMA, "projection", projection_generation_id)
+    return index.searcher().search(query, 1, count=True).count
+
+
+def wait_purged(server: ServerProcess, projection_generation_id: str, timeout: float = 20.0) -> None:
+    deadline = time.time() + timeout
+    while documents_of(server, projection_generation_id) > 0:
+        assert time.time() < deadline, f"documents of {projection_generation_id} were never deleted"
+        time.sleep(0.2)
 
 
 def key() -> str:
@@ -206,7 +235,7 @@ def test_configure_retrieval_refuses_invalid_configurations(client):
     assert_error(configure(client, "no-such-corpus", [SUMMARY_FIELD]), 404, "not_found")
 
 
-def test_rebuild_cuts_over_while_searches_never_come_back_empty(client):
+def test_rebuild_cuts_over_while_searches_never_come_back_empty(own_server, client):
     # part 1 rule 17; issue: "a concurrent searcher sees old or new, never nothing".
     corpus = create_corpus(client)
     word = _token("heron")
@@ -251,6 +280,9 @@ def test_rebuild_cuts_over_while_searches_never_come_back_empty(client):
     assert counts and min(counts) == 50, counts  # never a moment of empty (or partial) results
     generation_after = client.get(f"/v0/corpora/{corpus}").json()["projection_generation_id"]
     assert generation_after == now["result"]["projection_generation_id"] != generation_before
+    # The new generation holds every Record; the retired one's documents go after the grace period.
+    assert documents_of(own_server, generation_after) == n
+    wait_purged(own_server, generation_before)
 
     # Progress was reported while the work ran: one operation.changed per chunk (ids only).
     moves = [e for e in feed_since(client, corpus, cursor) if e["kind"] == "operation.changed" and e["subject"]["id"] == op["operation_id"]]
@@ -284,8 +316,10 @@ def test_cancel_rerun_and_resume(own_server, client):
         assert resumed.status_code == 200 and resumed.json()["state"] == "cancel_requested"
     canceled = wait_terminal(client, op["operation_id"])
     assert canceled["state"] == "canceled" and "result" not in canceled
-    # No partial cutover: the Corpus still serves its old generation.
+    # No partial cutover: the Corpus still serves its old generation; the canceled one's documents go.
     assert client.get(f"/v0/corpora/{corpus}").json()["projection_generation_id"] == generation
+    wait_purged(own_server, projection_generation_for(op["operation_id"]))
+    assert documents_of(own_server, generation) == 1
     # Canceling a terminal Operation returns it unchanged (rule 10).
     assert client.post(f"/v0/operations/{canceled['operation_id']}/cancel").json()["state"] == "canceled"
 
@@ -321,14 +355,21 @@ def test_a_newer_configuration_supersedes_a_pending_one(own_server, client):
     assert search(client, "first", [corpus])["items"] == []
 
 
-def test_operations_of_other_organizations_and_scopes_are_not_found(own_server, client, make_key):
+def test_operations_of_other_organizations_and_scopes_are_not_found(own_server, client):
     # decisions.md Scope: a resource looked up by its own id outside the key's reach is 404.
     corpus = create_corpus(client)
     op = client.post(f"/v0/corpora/{corpus}/rebuilds", json={"idempotency_key": key()}).json()
-    with client_for(own_server, make_key(f"org_{uuid.uuid4().hex[:10]}")) as stranger:
+    with client_for(own_server, new_key(own_server)) as stranger:
         assert_error(stranger.get(f"/v0/operations/{op['operation_id']}"), 404, "not_found")
         assert_error(stranger.post(f"/v0/operations/{op['operation_id']}/cancel"), 404, "not_found")
         assert_error(stranger.post(f"/v0/corpora/{corpus}/rebuilds", json={"idempotency_key": key()}),
+                     404, "not_found")
+    with psycopg.connect(own_server.database_url, autocommit=True) as conn:
+        org = conn.execute("SELECT org_id FROM corpora WHERE corpus_id = %s", (corpus,)).fetchone()[0]
+        scoped = keys.create_key(conn, org, keys.parse_actions("*"), keys.parse_corpora("elsewhere"), None).secret
+    with client_for(own_server, scoped) as outside_scope:  # same Organization, Corpus out of scope
+        assert_error(outside_scope.get(f"/v0/operations/{op['operation_id']}"), 404, "not_found")
+        assert_error(outside_scope.post(f"/v0/corpora/{corpus}/rebuilds", json={"idempotency_key": key()}),
                      404, "not_found")
     assert_error(client.get("/v0/operations/op_nonexistent"), 404, "not_found")
     assert_error(client.post(f"/v0/corpora/{corpus}/rebuilds", json={}), 422, "invalid_schema")

@@ -25,6 +25,7 @@ from psycopg.types.json import Jsonb
 from contentsvc.domain import operations as ops
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
+from contentsvc.search.vector_index import SPACE, engine_vectors_enabled
 
 # A search that read the old routing finishes well within this.
 RETIRED_GRACE_SECONDS = float(os.environ.get("CONTENTSVC_RETIRED_GRACE_SECONDS", "30"))
@@ -154,12 +155,16 @@ async def decide(conn: AsyncConnection, live: Live, events: list[JournalEvent]) 
             retrieval, config_position = request["retrieval"], e.position
         else:  # a rebuild is pinned to the configuration in effect when it was accepted
             retrieval, config_position = serving.retrieval, serving.config_position
+        # A generation has the spaces its Corpus was built with, and a rebuild adds those enabled since
+        # (part 1 rule 16; the vectors projector then embeds the Corpus once the rebuild serves).
+        spaces = sorted(set(serving.vector_spaces) | ({SPACE} if request["kind"] == ops.PROJECTION_REBUILD
+                                                      and engine_vectors_enabled() else set()))
         cur = await conn.execute("SELECT count(*) FROM records WHERE org_id = %s AND corpus_id = %s AND NOT withdrawn",
                                  (e.org_id, e.corpus_id))
         p = Projection(
             projection_generation_id=ops.projection_generation_for(operation["operation_id"]),
             org_id=e.org_id, corpus_id=e.corpus_id, retrieval=retrieval,
-            vector_spaces=serving.vector_spaces, state="building", operation_id=operation["operation_id"],
+            vector_spaces=spaces, state="building", operation_id=operation["operation_id"],
             operation_kind=request["kind"], accepted_position=e.position, config_position=config_position,
             versions_in_scope=(await cur.fetchone())[0],
         )

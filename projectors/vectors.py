@@ -1,7 +1,10 @@
 """Vector projector: embeds current Versions with the engine's MiniLM space.
 
 Input: record.accepted (embed each indexed segment: the Version's title
-and the segment text), record.withdrawn (its vectors leave the index).
+and the segment text) in a Corpus whose serving generation has the space,
+record.withdrawn (its vectors leave the index), corpus.retrieval_changed
+(a rebuild added the space: the Corpus's current Versions are embedded, a
+chunk per step).
 Output: rows of the `vectors` table and `record.enriched` events,
 committed with the checkpoint in one Postgres transaction; then the
 serving generation's hnswlib index in memory, snapshotted to disk.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +48,27 @@ def embedding_inputs(manifest: dict) -> list[tuple[str, int, str]]:
     return [(s.part_key, s.start, f"{title}\n{s.text}" if title else s.text) for s in segments]
 
 
+BACKFILL_CHUNK = 16  # Versions embedded per step when a Corpus gains the space
+
+
+@dataclass(frozen=True)
+class Embeddable:
+    """A current Version to embed, from a record.accepted event or from the read model."""
+
+    org_id: str
+    corpus_id: str
+    record_id: str
+    version_id: str
+    receipt_id: str | None
+    manifest: dict
+
+    @classmethod
+    def of(cls, e: JournalEvent) -> "Embeddable":
+        p = e.payload
+        return cls(e.org_id, p["source"]["corpus_id"], p["record_id"], p["version_id"], p["receipt_id"],
+                   p["manifest"])
+
+
 class VectorProjector:
     name = KIND
 
@@ -56,6 +81,7 @@ class VectorProjector:
         self.max_label = 0
         self.last_snapshot = 0.0
         self._embedder = None
+        self.tried: set[str] = set()  # Versions a backfill embedded (or found nothing to embed in)
 
     @property
     def embedder(self):
@@ -111,21 +137,24 @@ class VectorProjector:
 
     async def step(self, conn: AsyncConnection, batch_size: int) -> int:
         await self._open_serving(conn)
+        folded = await self._fold(conn, batch_size)
+        if self.generation and await self._backfill(conn):
+            return batch_size  # more to fill: come back at once
+        if not folded:
+            self._maybe_snapshot(force=True)  # idle: make the snapshot current
+        return folded
+
+    async def _fold(self, conn: AsyncConnection, batch_size: int) -> int:
         generation = self.generation
         async with conn.transaction():
             events = await read_after(conn, self.position, min(batch_size, 256))
         if not events:
-            self._maybe_snapshot(force=True)  # idle: make the snapshot current
             return 0
         last = events[-1].position
-        current = await self._in_vector_corpora(conn, still_current(events))
+        current = [Embeddable.of(e) for e in await self._in_vector_corpora(conn, still_current(events))]
         touched = {e.payload["record_id"] for e in events if e.kind in (ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN)}
-        keys, texts = [], []
-        for e in current:
-            for part_key, start, text in embedding_inputs(e.payload["manifest"]):
-                keys.append((e, part_key, start))
-                texts.append(text)
-        vectors = await asyncio.to_thread(self.embedder.embed, texts) if texts else np.zeros((0, 384), "f4")
+        gained = [e for e in events if e.kind == ev.CORPUS_RETRIEVAL_CHANGED and SPACE in e.payload["vector_spaces"]]
+        vectors = await self._embed(current)
 
         async with journal_transaction(conn):
             if not await generations.hold_if_serving(conn, generation):
@@ -133,30 +162,13 @@ class VectorProjector:
                 return 0
             cur = await conn.execute(
                 "SELECT label FROM vectors WHERE space = %s AND record_id = ANY(%s) AND NOT version_id = ANY(%s)",
-                (SPACE, list(touched), [e.payload["version_id"] for e in current]))
+                (SPACE, list(touched), [v.version_id for v in current]))
             stale = [r[0] for r in await cur.fetchall()]
-            if keys:
-                await conn.execute(
-                    "INSERT INTO vectors (space, version_id, part_key, segment_start, org_id, corpus_id, record_id,"
-                    " vector) SELECT %s, * FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[], %b::text[],"
-                    " %b::text[], %b::bytea[]) ON CONFLICT DO NOTHING",
-                    (SPACE, [k[0].payload["version_id"] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
-                     [k[0].org_id for k in keys], [k[0].payload["source"]["corpus_id"] for k in keys],
-                     [k[0].payload["record_id"] for k in keys], [vector_index.to_bytes(v) for v in vectors]))
-                cur = await conn.execute(
-                    "SELECT label, vector FROM vectors WHERE space = %s AND version_id = ANY(%s)",
-                    (SPACE, list({k[0].payload["version_id"] for k in keys})))
-                added = await cur.fetchall()
-            else:
-                added = []
-            await append(conn, [
-                NewEvent(kind=ev.RECORD_ENRICHED, org_id=e.org_id, corpus_id=e.corpus_id, subject_type="record",
-                         subject_id=e.payload["record_id"], version_id=e.payload["version_id"],
-                         receipt_id=e.payload["receipt_id"],
-                         payload={"record_id": e.payload["record_id"], "version_id": e.payload["version_id"],
-                                  "space": SPACE})
-                for e in current
-            ])
+            added = await self._store(conn, current, vectors)
+            for e in gained:  # the Corpus's earlier Versions get their vectors too
+                await conn.execute("INSERT INTO vector_backfills (org_id, corpus_id, space, since)"
+                                   " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                                   (e.org_id, e.corpus_id, SPACE, e.position))
             await conn.execute(
                 "UPDATE projector_checkpoints SET position = greatest(position, %s), updated_at = now()"
                 " WHERE name = %s", (last, generation.checkpoint_name))
@@ -167,15 +179,87 @@ class VectorProjector:
         self._maybe_snapshot(force=False)
         return len(events)
 
+    async def _embed(self, items: list[Embeddable]) -> tuple[list[tuple], np.ndarray]:
+        keys, texts = [], []
+        for item in items:
+            for part_key, start, text in embedding_inputs(item.manifest):
+                keys.append((item, part_key, start))
+                texts.append(text)
+        vectors = await asyncio.to_thread(self.embedder.embed, texts) if texts else np.zeros((0, 384), "f4")
+        return keys, vectors
+
+    @staticmethod
+    async def _store(conn: AsyncConnection, items: list[Embeddable], embedded: tuple[list[tuple], np.ndarray]):
+        """Insert the vectors and append record.enriched (inside the caller's transaction);
+        returns the (label, vector) rows to add to the index."""
+        keys, vectors = embedded
+        added = []
+        if keys:
+            await conn.execute(
+                "INSERT INTO vectors (space, version_id, part_key, segment_start, org_id, corpus_id, record_id,"
+                " vector) SELECT %s, * FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[], %b::text[],"
+                " %b::text[], %b::bytea[]) ON CONFLICT DO NOTHING",
+                (SPACE, [k[0].version_id for k in keys], [k[1] for k in keys], [k[2] for k in keys],
+                 [k[0].org_id for k in keys], [k[0].corpus_id for k in keys], [k[0].record_id for k in keys],
+                 [vector_index.to_bytes(v) for v in vectors]))
+            cur = await conn.execute("SELECT label, vector FROM vectors WHERE space = %s AND version_id = ANY(%s)",
+                                     (SPACE, list({k[0].version_id for k in keys})))
+            added = await cur.fetchall()
+        await append(conn, [
+            NewEvent(kind=ev.RECORD_ENRICHED, org_id=v.org_id, corpus_id=v.corpus_id, subject_type="record",
+                     subject_id=v.record_id, version_id=v.version_id, receipt_id=v.receipt_id,
+                     payload={"record_id": v.record_id, "version_id": v.version_id, "space": SPACE})
+            for v in items
+        ])
+        return added
+
+    async def _backfill(self, conn: AsyncConnection) -> bool:
+        """Embed one chunk of a Corpus that gained the space; True while work remains.
+
+        The Versions come from the read model, once it has folded the change that added
+        the space (every Version accepted before it is then there); later ones are
+        embedded by the fold itself. A Version is embedded at most once: the `vectors`
+        table, written only here, says which have been."""
+        async with conn.transaction():
+            cur = await conn.execute(
+                "SELECT b.org_id, b.corpus_id, b.since <= c.position FROM vector_backfills b"
+                " JOIN projector_checkpoints c ON c.name = 'readmodel' WHERE b.space = %s LIMIT 1", (SPACE,))
+            row = await cur.fetchone()
+            if row is None or not row[2]:
+                return False
+            org_id, corpus_id, _ = row
+            cur = await conn.execute(
+                "SELECT v.org_id, v.corpus_id, v.record_id, v.version_id, v.receipt_id, v.manifest"
+                " FROM records r JOIN versions v ON v.version_id = r.current_version_id"
+                " WHERE r.org_id = %s AND r.corpus_id = %s AND NOT r.withdrawn"
+                " AND v.availability_state <> 'quarantined' AND NOT v.version_id = ANY(%s)"
+                " AND NOT EXISTS (SELECT 1 FROM vectors x WHERE x.space = %s AND x.version_id = v.version_id)"
+                " LIMIT %s", (org_id, corpus_id, list(self.tried), SPACE, BACKFILL_CHUNK))
+            items = [Embeddable(*r) for r in await cur.fetchall()]
+        self.tried.update(v.version_id for v in items)  # a Version without text gets no vector: not again
+        embedded = await self._embed(items)
+        async with journal_transaction(conn):
+            if not await generations.hold_if_serving(conn, self.generation):
+                self.generation = None
+                return False
+            added = await self._store(conn, items, embedded)
+            if not items:
+                await conn.execute("DELETE FROM vector_backfills WHERE org_id = %s AND corpus_id = %s AND space = %s",
+                                   (org_id, corpus_id, SPACE))
+                log.info("vector_backfill_done", corpus=corpus_id)
+        self._add([r[0] for r in added], [vector_index.from_bytes(r[1]) for r in added])
+        self._maybe_snapshot(force=False)
+        return True
+
     @staticmethod
     async def _in_vector_corpora(conn: AsyncConnection, accepted: list[JournalEvent]) -> list[JournalEvent]:
-        """Only Corpora built with the engine's space are embedded (part1 rule 16)."""
+        """Only Corpora whose serving generation has the engine's space are embedded (part1 rule 16)."""
         if not accepted:
             return []
         async with conn.transaction():
             cur = await conn.execute(
-                "SELECT org_id, corpus_id FROM corpora WHERE vector_spaces ? %s AND corpus_id = ANY(%s)",
-                (SPACE, list({e.payload["source"]["corpus_id"] for e in accepted})))
+                "SELECT org_id, corpus_id FROM corpus_projections WHERE state = 'serving' AND vector_spaces ? %s"
+                " AND corpus_id = ANY(%s)", (SPACE, list({e.payload["source"]["corpus_id"] for e in accepted})))
             with_space = {(r[0], r[1]) for r in await cur.fetchall()}
         return [e for e in accepted if (e.org_id, e.payload["source"]["corpus_id"]) in with_space]
 

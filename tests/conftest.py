@@ -84,12 +84,13 @@ def free_port() -> int:
 class ServerProcess:
     """`contentsvc run` as a user starts it, on its own port and database."""
 
-    def __init__(self, database_url: str, log_dir: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, database_url: str, log_dir: Path, extra_env: dict[str, str] | None = None,
+                 home: Path | None = None) -> None:
         self.database_url = database_url
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / f"server-{self.port}.log"
-        self.home = log_dir / f"home-{self.port}"  # index files of this server
+        self.home = home or log_dir / f"home-{self.port}"  # index files of this server (a restart reuses them)
         env = dict(os.environ, CONTENTSVC_DATABASE_URL=database_url, CONTENTSVC_HOME=str(self.home),
                    **(extra_env or {}))
         self._log = open(self.log_path, "wb")

@@ -37,6 +37,14 @@ async def _answer(request: Request, p: Principal, operation_id: str, status: int
     return respond(operation, status, _location(operation_id))
 
 
+async def _start(request: Request, p: Principal, body: type, command, target: str) -> Response:
+    """A command that creates an Operation (or replays it): 202 with the Operation and its Location."""
+    req = await read_json(request, body, MAX_INGEST_BYTES)
+    async with services(request).pool.connection() as conn:
+        operation_id, _ = await command(conn, p, target, req)
+    return await _answer(request, p, operation_id, 202)
+
+
 @get("/v0/operations/{operation_id:str}", operation_id="getOperation")
 async def get_operation(request: Request, operation_id: str) -> Response:
     p = await authenticate(request, "operations:read")
@@ -56,10 +64,7 @@ async def cancel_operation(request: Request, operation_id: str) -> Response:
 @post("/v0/operations/{operation_id:str}/rerun", operation_id="rerunOperation", status_code=202)
 async def rerun_operation(request: Request, operation_id: str) -> Response:
     p = await authenticate(request, "operations:write")
-    req = await read_json(request, KeyedActionRequest, MAX_INGEST_BYTES)
-    async with services(request).pool.connection() as conn:
-        new_id, _ = await commands.rerun_operation(conn, p, operation_id, req)
-    return await _answer(request, p, new_id, 202)
+    return await _start(request, p, KeyedActionRequest, commands.rerun_operation, operation_id)
 
 
 @post("/v0/operations/{operation_id:str}/resume", operation_id="resumeOperation", status_code=200)
@@ -76,19 +81,13 @@ async def resume_operation(request: Request, operation_id: str) -> Response:
 @put("/v0/corpora/{corpus_id:str}/retrieval", operation_id="configureRetrieval", status_code=202)
 async def configure_retrieval(request: Request, corpus_id: str) -> Response:
     p = await authenticate(request, "corpora:write", "operations:write")
-    req = await read_json(request, ConfigUpdate, MAX_INGEST_BYTES)
-    async with services(request).pool.connection() as conn:
-        operation_id, _ = await commands.configure_retrieval(conn, p, corpus_id, req)
-    return await _answer(request, p, operation_id, 202)
+    return await _start(request, p, ConfigUpdate, commands.configure_retrieval, corpus_id)
 
 
 @post("/v0/corpora/{corpus_id:str}/rebuilds", operation_id="rebuildCorpusProjection", status_code=202)
 async def rebuild_corpus(request: Request, corpus_id: str) -> Response:
     p = await authenticate(request, "projections:rebuild")
-    req = await read_json(request, KeyedActionRequest, MAX_INGEST_BYTES)
-    async with services(request).pool.connection() as conn:
-        operation_id, _ = await commands.rebuild_corpus(conn, p, corpus_id, req)
-    return await _answer(request, p, operation_id, 202)
+    return await _start(request, p, KeyedActionRequest, commands.rebuild_corpus, corpus_id)
 
 
 ROUTES = [get_operation, cancel_operation, rerun_operation, resume_operation, configure_retrieval, rebuild_corpus]

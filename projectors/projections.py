@@ -121,7 +121,8 @@ class Decisions:
 
 async def decide(conn: AsyncConnection, live: Live, events: list[JournalEvent]) -> Decisions:
     """Start a generation for each accepted Operation; end those canceled or superseded;
-    know the first generation of each new Corpus. Mutates `live` so that the batch's record events fold into the right generations."""
+    know the first generation of each new Corpus. Mutates `live`, so that the batch's
+    record events fold into the right generations."""
     d = Decisions()
     for e in events:
         if e.kind == ev.CORPUS_CREATED and not live.of(e.org_id, e.corpus_id):
@@ -146,9 +147,10 @@ async def decide(conn: AsyncConnection, live: Live, events: list[JournalEvent]) 
         if live.find(operation["operation_id"]) is not None:
             continue
         if request["kind"] == ops.RETRIEVAL_CONFIGURATION:
-            # A newer accepted configuration supersedes the pending ones pinned to older ones.
-            for older in [p for p in live.of(e.org_id, e.corpus_id)
-                          if p.state == "building" and p.config_position < e.position]:
+            # A newer accepted configuration supersedes the pending ones (a rebuild pinned to an
+            # older configuration fails only if the newer one activates first: cutover_verdict).
+            for older in [p for p in live.of(e.org_id, e.corpus_id) if p.state == "building"
+                          and p.operation_kind == ops.RETRIEVAL_CONFIGURATION and p.config_position < e.position]:
                 live.drop(older.projection_generation_id)
                 d.ended.append((older, "failed", {"state": "failed",
                                                   "errors": [ops.error(ops.CONFIGURATION_SUPERSEDED)]}))

@@ -108,9 +108,17 @@ class VectorProjector:
                 " WHERE x.space = %s AND x.label > %s AND r.current_version_id = x.version_id AND NOT r.withdrawn"
                 " ORDER BY x.label", (SPACE, after))
             rows = await cur.fetchall()
+            cur = await conn.execute(
+                "SELECT x.label FROM vectors x JOIN records r ON r.record_id = x.record_id"
+                " WHERE x.space = %s AND x.label <= %s AND r.current_version_id = x.version_id AND NOT r.withdrawn",
+                (SPACE, after))
+            live = {r[0] for r in await cur.fetchall()}
         if snapshot:
             self.index = vector_index.load(self._directory(), snapshot, extra=len(rows))
+            # The snapshot may hold vectors of Versions replaced or withdrawn after it was taken
+            # (and hnswlib lists deleted labels too): only the current ones stay live.
             self.labels = set(self.index.get_ids_list())
+            self._remove(list(self.labels - live))
             self.max_label = snapshot.max_label
         else:
             self.index = vector_index.new_index(len(rows) + 1024)
@@ -132,7 +140,10 @@ class VectorProjector:
     def _remove(self, labels: list[int]) -> None:
         for label in labels:
             if label in self.labels:
-                self.index.mark_deleted(label)
+                try:
+                    self.index.mark_deleted(label)
+                except RuntimeError:  # deleted before the snapshot was taken
+                    pass
                 self.labels.discard(label)
 
     async def step(self, conn: AsyncConnection, batch_size: int) -> int:
@@ -146,8 +157,9 @@ class VectorProjector:
 
     async def _fold(self, conn: AsyncConnection, batch_size: int) -> int:
         generation = self.generation
+        limit = min(batch_size, 256)  # embedding a batch takes a while: smaller batches report sooner
         async with conn.transaction():
-            events = await read_after(conn, self.position, min(batch_size, 256))
+            events = await read_after(conn, self.position, limit)
         if not events:
             return 0
         last = events[-1].position
@@ -177,7 +189,7 @@ class VectorProjector:
         self._add([r[0] for r in added], [vector_index.from_bytes(r[1]) for r in added])
         self.position = last
         self._maybe_snapshot(force=False)
-        return len(events)
+        return batch_size if len(events) == limit else len(events)  # a full batch: more may wait, no pause
 
     async def _embed(self, items: list[Embeddable]) -> tuple[list[tuple], np.ndarray]:
         keys, texts = [], []

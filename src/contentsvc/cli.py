@@ -34,6 +34,10 @@ def cmd_migrate(args, settings: Settings) -> int:
 
 
 def cmd_serve(args, settings: Settings) -> int:
+    # Query embeddings are small: one BLAS thread each lets concurrent searches share the cores
+    # instead of oversubscribing them (before numpy loads; an operator's own setting wins).
+    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
     import uvicorn
 
     from contentsvc.api.app import create_app

@@ -10,11 +10,7 @@ and search answers what a clean `projector replay lexical` answers.
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -24,87 +20,17 @@ import httpx
 import psycopg
 import pytest
 
-from contentsvc.auth import keys
-from tests.conftest import free_port
-
-
-class Stack:
-    """serve + materializer + readmodel + lexical, each its own process, sharing one home."""
-
-    def __init__(self, url: str, tmp_path) -> None:
-        self.url = url
-        self.home = tmp_path / "home"
-        self.log = open(tmp_path / "processes.log", "wb")
-        self.log_path = tmp_path / "processes.log"
-        # New Corpora get no engine vector space: search is lexical in every mode (no vector projector here).
-        self.env = dict(os.environ, CONTENTSVC_DATABASE_URL=url, CONTENTSVC_HOME=str(self.home),
-                        CONTENTSVC_ENGINE_VECTORS="0", COLUMNS="250", PYTHONUNBUFFERED="1",
-                        CONTENTSVC_BACKFILL_CHUNK="10")  # a rebuild takes many steps: kills land inside it
-        port = free_port()
-        self.base_url = f"http://127.0.0.1:{port}"
-        self.api = self.spawn(["serve", "--port", str(port), "--no-migrate"])
-        self.projectors = {name: self.spawn(["projector", "run", name])
-                           for name in ("materializer", "readmodel", "lexical")}
-        with psycopg.connect(url, autocommit=True) as conn:
-            self.secret = keys.create_key(conn, "lexcrash", keys.parse_actions("*"), None, None).secret
-        self.client = httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {self.secret}"},
-                                   timeout=30)
-        deadline = time.time() + 60
-        while True:
-            try:
-                if self.client.get("/v0/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.time() < deadline, self.log_path.read_text()[-4000:]
-            time.sleep(0.1)
-
-    def spawn(self, args: list[str]) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "contentsvc.cli", *args], env=self.env,
-                                stdout=self.log, stderr=subprocess.STDOUT)
-
-    def lexical_opens(self) -> int:
-        """How many times a lexical projector process opened its generation (it logs that at start)."""
-        return self.log_path.read_text(errors="replace").count('"lexical_generation_open"')
-
-    def kill(self, name: str) -> None:
-        self.projectors[name].send_signal(signal.SIGKILL)
-        self.projectors[name].wait()
-
-    def restart(self, name: str) -> None:
-        self.projectors[name] = self.spawn(["projector", "run", name])
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess:
-        done = subprocess.run([sys.executable, "-m", "contentsvc.cli", *args], env=self.env, capture_output=True,
-                              text=True, timeout=120)
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done
-
-    def close(self) -> None:
-        for p in [self.api, *self.projectors.values()]:
-            p.kill()
-            p.wait()
-        self.client.close()
-        self.log.close()
+from tests.integration.stack import Stack, command, ingest_batch
 
 
 @pytest.fixture(scope="module")
 def stack(databases, tmp_path_factory):
-    s = Stack(databases.create(), tmp_path_factory.mktemp("lexcrash"))
+    # New Corpora get no engine vector space: search is lexical in every mode (no vector projector here);
+    # a rebuild takes many small steps, so that kills land inside it.
+    s = Stack(databases.create(), tmp_path_factory.mktemp("lexcrash"), ("materializer", "readmodel", "lexical"),
+              CONTENTSVC_ENGINE_VECTORS="0", CONTENTSVC_BACKFILL_CHUNK="10")
     yield s
     s.close()
-
-
-def ingest_batch(client: httpx.Client, cmds: list[dict]) -> list[str]:
-    r = client.post("/v0/records/batch", json={"entries": cmds})
-    assert r.status_code == 200, r.text
-    assert all(item["status"] == 202 for item in r.json()["items"])
-    return [item["receipt"]["receipt_id"] for item in r.json()["items"]]
-
-
-def command(corpus: str, key: str, text: str) -> dict:
-    return {"idempotency_key": uuid.uuid4().hex, "source": {"corpus_id": corpus, "namespace": "n", "record_key": key},
-            "content": {"kind": "text", "text": text}}
 
 
 def wait_all_searchable(url: str, receipts: list[str], timeout: float = 90.0) -> dict[str, tuple[str, str]]:
@@ -172,9 +98,9 @@ def test_kill_minus_nine_publishes_once_and_matches_a_clean_replay(stack):
         opened = 0
         while not stop.is_set():
             # Kill only a process that is folding (it opened its generation), a moment later.
-            while stack.lexical_opens() <= opened and not stop.wait(0.05):
+            while stack.log_count("lexical_generation_open") <= opened and not stop.wait(0.05):
                 pass
-            opened = stack.lexical_opens()
+            opened = stack.log_count("lexical_generation_open")
             if stop.wait(rnd.uniform(0.05, 0.5)):
                 break
             stack.kill("lexical")
@@ -283,7 +209,7 @@ def test_kill_minus_nine_during_a_rebuild_activates_it_once_with_the_same_hits(s
     operation_id = r.json()["operation_id"]
     kills, rnd = 0, random.Random(11)
     while client.get(f"/v0/operations/{operation_id}").json()["state"] in ("queued", "running"):
-        opened = stack.lexical_opens()
+        opened = stack.log_count("lexical_generation_open")
         time.sleep(rnd.uniform(0.1, 0.4))
         if client.get(f"/v0/operations/{operation_id}").json()["state"] not in ("queued", "running"):
             break
@@ -291,7 +217,7 @@ def test_kill_minus_nine_during_a_rebuild_activates_it_once_with_the_same_hits(s
         kills += 1
         stack.restart("lexical")
         deadline = time.time() + 30
-        while stack.lexical_opens() <= opened:  # wait until the new process is folding again
+        while stack.log_count("lexical_generation_open") <= opened:  # wait until the new process is folding again
             assert time.time() < deadline
             time.sleep(0.05)
     assert kills >= 1

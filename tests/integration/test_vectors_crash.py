@@ -15,12 +15,7 @@ after a clean `projector replay vectors`.
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -31,11 +26,10 @@ import httpx
 import psycopg
 import pytest
 
-from contentsvc.auth import keys
 from contentsvc.search import vector_index
 from contentsvc.search.embedding import DIMENSIONS
 from projectors.vectors import embedding_inputs
-from tests.conftest import free_port
+from tests.integration.stack import Stack, command, ingest_batch
 
 RECORDS = 360
 BATCH = 24
@@ -53,85 +47,18 @@ def record_text(i: int) -> str:
             f"on day {i} of the season, and wrote a short note about it.")
 
 
-class Stack:
-    """serve + materializer + readmodel + lexical + vectors, each its own process, sharing one home."""
-
-    def __init__(self, url: str, tmp_path: Path) -> None:
-        self.url = url
-        self.home = tmp_path / "home"
-        self.log_path = tmp_path / "processes.log"
-        self.log = open(self.log_path, "wb")  # noqa: SIM115 (the processes write to it until close())
-        # New Corpora get the engine vector space (the default; stated so the test does not depend on it).
-        self.env = dict(os.environ, CONTENTSVC_DATABASE_URL=url, CONTENTSVC_HOME=str(self.home),
-                        CONTENTSVC_ENGINE_VECTORS="1", COLUMNS="250", PYTHONUNBUFFERED="1")
-        port = free_port()
-        self.base_url = f"http://127.0.0.1:{port}"
-        self.api = self.spawn(["serve", "--port", str(port), "--no-migrate"])
-        self.projectors = {name: self.spawn(["projector", "run", name])
-                           for name in ("materializer", "readmodel", "lexical", "vectors")}
-        with psycopg.connect(url, autocommit=True) as conn:
-            self.secret = keys.create_key(conn, "veccrash", keys.parse_actions("*"), None, None).secret
-        self.client = self.new_client()
-        deadline = time.time() + 60
-        while True:
-            try:
-                if self.client.get("/v0/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.time() < deadline, self.log_path.read_text()[-4000:]
-            time.sleep(0.1)
-
-    def new_client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {self.secret}"}, timeout=30)
-
-    def spawn(self, args: list[str]) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "contentsvc.cli", *args], env=self.env,
-                                stdout=self.log, stderr=subprocess.STDOUT)
-
-    def vector_opens(self) -> list[dict]:
-        """Each time a vectors projector process opened its generation (it logs that at start)."""
-        lines = self.log_path.read_text(errors="replace").splitlines()
-        return [json.loads(line) for line in lines if '"vector_generation_open"' in line and line.startswith("{")]
-
-    def kill(self, name: str) -> None:
-        self.projectors[name].send_signal(signal.SIGKILL)
-        self.projectors[name].wait()
-
-    def restart(self, name: str) -> None:
-        self.projectors[name] = self.spawn(["projector", "run", name])
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess:
-        done = subprocess.run([sys.executable, "-m", "contentsvc.cli", *args], env=self.env, capture_output=True,
-                              text=True, timeout=120, check=False)
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done
-
-    def close(self) -> None:
-        for p in [self.api, *self.projectors.values()]:
-            p.kill()
-            p.wait()
-        self.client.close()
-        self.log.close()
+def vector_opens(stack: Stack) -> int:
+    """How many times a vectors projector process opened its generation (it logs that at start)."""
+    return stack.log_count("vector_generation_open")
 
 
 @pytest.fixture(scope="module")
 def stack(databases, tmp_path_factory):
-    s = Stack(databases.create(), tmp_path_factory.mktemp("veccrash"))
+    # New Corpora get the engine vector space (the default; stated so the test does not depend on it).
+    s = Stack(databases.create(), tmp_path_factory.mktemp("veccrash"),
+              ("materializer", "readmodel", "lexical", "vectors"), CONTENTSVC_ENGINE_VECTORS="1")
     yield s
     s.close()
-
-
-def ingest_batch(client: httpx.Client, cmds: list[dict]) -> list[str]:
-    r = client.post("/v0/records/batch", json={"entries": cmds})
-    assert r.status_code == 200, r.text
-    assert all(item["status"] == 202 for item in r.json()["items"])
-    return [item["receipt"]["receipt_id"] for item in r.json()["items"]]
-
-
-def command(corpus: str, key: str, text: str) -> dict:
-    return {"idempotency_key": uuid.uuid4().hex, "source": {"corpus_id": corpus, "namespace": "n", "record_key": key},
-            "content": {"kind": "text", "text": text}}
 
 
 def serving_vectors(conn: psycopg.Connection) -> tuple[str, int]:
@@ -263,9 +190,9 @@ def test_kill_minus_nine_embeds_once_and_matches_a_clean_replay(stack):
         opened = 0
         while not stop.is_set():
             # Kill only a process that is folding (it opened its generation).
-            while len(stack.vector_opens()) <= opened and not stop.wait(0.05):
+            while vector_opens(stack) <= opened and not stop.wait(0.05):
                 pass
-            opened = len(stack.vector_opens())
+            opened = vector_opens(stack)
             if kills["all"] % 2 == 0:
                 # A moment later: while it loads the model, embeds a batch or commits.
                 if stop.wait(rnd.uniform(0.05, 0.8)):

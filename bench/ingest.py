@@ -39,9 +39,6 @@ import logging
 import os
 import platform
 import resource
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,12 +52,13 @@ from typing import Any, Awaitable, Callable
 import httpx
 import msgspec
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from contentsvc.local_service import LocalService, create_database, drop_database
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULT_PATH = RESULTS_DIR / "ingest.json"
 SERVER_LOG = RESULTS_DIR / "ingest-server.log"
-DEFAULT_CORPUS = Path("/work/shared/datasets/scifact/corpus.jsonl")
+DEFAULT_CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "scifact" / "corpus.jsonl"
 
 TEXT_BYTES = 1024
 SINGLE_CONCURRENCY = 16
@@ -166,12 +164,6 @@ def cpu_seconds() -> float:
 # --------------------------------------------------------------------------- the service
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Target:
     base_url: str
@@ -181,18 +173,20 @@ class Target:
 
 
 class OwnService:
-    """A fresh database and `contentsvc run` on it, as the tests start one."""
+    """A fresh database (on CONTENTSVC_DATABASE_URL's server, else CONTENTSVC_TEST_DATABASE_URL's,
+    else an embedded PostgreSQL) and `contentsvc run` on it, as the tests start one."""
 
     def __init__(self, log_path: Path) -> None:
         self.log_path = log_path
         self.admin_url: str | None = None
-        self.dbname: str | None = None
         self.database_url: str | None = None
-        self.process: subprocess.Popen | None = None
-        self._log = None
+        self.service: LocalService | None = None
         self._tmp: tempfile.TemporaryDirectory | None = None
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
+        self._home = tempfile.TemporaryDirectory(prefix="contentsvc-bench-home-")
+
+    @property
+    def process(self):
+        return self.service.process
 
     def _admin(self) -> str:
         url = os.environ.get("CONTENTSVC_DATABASE_URL") or os.environ.get("CONTENTSVC_TEST_DATABASE_URL")
@@ -203,68 +197,29 @@ class OwnService:
         self._tmp = tempfile.TemporaryDirectory(prefix="contentsvc-bench-pg-")
         return start_embedded(Path(self._tmp.name))
 
-    def start(self) -> Target:
+    def start(self, home: Path | None = None) -> Target:
         self.admin_url = self._admin()
-        self.dbname = f"csbench_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(self.admin_url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{self.dbname}"')
-        params = conninfo_to_dict(self.admin_url)
-        params["dbname"] = self.dbname
-        self.database_url = make_conninfo(**params)
-
-        env = dict(os.environ, CONTENTSVC_DATABASE_URL=self.database_url)
-        self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "contentsvc.cli", "run", "--port", str(self.port)],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        self._wait_ready()
+        self.database_url = create_database(self.admin_url, "csbench")
+        try:
+            self.service = LocalService(self.database_url, self.log_path, home or Path(self._home.name))
+        except RuntimeError as exc:
+            raise BenchError(str(exc)) from None
 
         from contentsvc.auth import keys
 
         with psycopg.connect(self.database_url, autocommit=True) as conn:
             created = keys.create_key(conn, f"bench-{uuid.uuid4().hex[:8]}", keys.parse_actions("*"), None, "bench")
-        return Target(self.base_url, created.secret, self.database_url, own=True)
-
-    def _tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
-
-    def _wait_ready(self, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise BenchError(f"server exited with {self.process.returncode}:\n{self._tail()}")
-            try:
-                if httpx.get(f"{self.base_url}/v0/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise BenchError(f"server not ready after {timeout:.0f} s:\n{self._tail()}")
+        return Target(self.service.base_url, created.secret, self.database_url, own=True)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
+        if self.service is not None:
+            self.service.stop()
+        if self.database_url and self.admin_url:
             try:
-                os.killpg(self.process.pid, signal.SIGTERM)
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=5)
-            except ProcessLookupError:
-                pass
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        if self.dbname and self.admin_url:
-            try:
-                with psycopg.connect(self.admin_url, autocommit=True) as conn:
-                    conn.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
+                drop_database(self.admin_url, self.database_url)
             except psycopg.Error as exc:
-                print(f"warning: could not drop database {self.dbname}: {exc}", file=sys.stderr)
-            self.dbname = None
+                print(f"warning: could not drop database {self.database_url}: {exc}", file=sys.stderr)
+            self.database_url = None
         if self._tmp is not None:
             from contentsvc import database
 
@@ -273,9 +228,9 @@ class OwnService:
                     server.cleanup()
                 except Exception:
                     pass
-            database._embedded_handles.clear()
             self._tmp.cleanup()
             self._tmp = None
+        self._home.cleanup()
 
 
 def scan_server_log(path: Path) -> dict[str, Any]:

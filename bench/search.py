@@ -15,7 +15,6 @@ import asyncio
 import json
 import logging
 import math
-import os
 import sys
 import tempfile
 import time
@@ -218,9 +217,8 @@ async def replay_rate(database_url: str, home: str) -> dict:
 async def run(args) -> dict:
     docs, queries, qrels = load_dataset(Path(args.dataset))
     home = tempfile.mkdtemp(prefix="contentsvc-bench-search-")
-    os.environ["CONTENTSVC_HOME"] = home
     service = OwnService(RESULTS / "search-server.log")
-    target = service.start()
+    target = service.start(home=Path(home))
     report: dict = {"suite": "search", "dataset": str(args.dataset), "queries": len(queries), "docs": len(docs)}
     try:
         async with httpx.AsyncClient(base_url=target.base_url, timeout=60,

@@ -299,21 +299,15 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     size = args.size_mib * MiB
     own = OwnService(SERVER_LOG)
-    previous_home = os.environ.get("CONTENTSVC_HOME")
-    os.environ["CONTENTSVC_HOME"] = str(workdir / "home")  # the blob store, on the same disk as the copy
     try:
         print(f"[bench upload] starting contentsvc (log: {SERVER_LOG}) ...", file=sys.stderr, flush=True)
-        target = own.start()
+        target = own.start(home=workdir / "home")  # the blob store, on the same disk as the copy
         results = run_bench(own, target, workdir, size, args.runs)
     except BenchError as exc:
         print(f"bench upload failed: {exc}", file=sys.stderr)
         return 1
     finally:
         own.stop()
-        if previous_home is None:
-            os.environ.pop("CONTENTSVC_HOME", None)
-        else:
-            os.environ["CONTENTSVC_HOME"] = previous_home
         shutil.rmtree(workdir, ignore_errors=True)
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     report = {

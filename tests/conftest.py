@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -20,9 +17,9 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from contentsvc.auth import keys
+from contentsvc.local_service import LocalService, create_database, drop_database
 from contentsvc.migrate import migrate
 
 
@@ -46,20 +43,14 @@ class Databases:
         self.created: list[str] = []
 
     def create(self) -> str:
-        name = f"cstest_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(self.admin_url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        self.created.append(name)
-        params = conninfo_to_dict(self.admin_url)
-        params["dbname"] = name
-        url = make_conninfo(**params)
+        url = create_database(self.admin_url, "cstest")
+        self.created.append(url)
         migrate(url)
         return url
 
     def drop_all(self) -> None:
-        with psycopg.connect(self.admin_url, autocommit=True) as conn:
-            for name in self.created:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for url in self.created:
+            drop_database(self.admin_url, url)
 
 
 @pytest.fixture(scope="session")
@@ -75,54 +66,15 @@ def database_url(databases) -> str:
     return databases.create()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerProcess:
-    """`contentsvc run` as a user starts it, on its own port and database."""
+class ServerProcess(LocalService):
+    """`contentsvc run` as a user starts it, on its own port and database; its log and (unless
+    given, for a restart on the same files) its home under log_dir."""
 
     def __init__(self, database_url: str, log_dir: Path, extra_env: dict[str, str] | None = None,
                  home: Path | None = None) -> None:
-        self.database_url = database_url
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_dir / f"server-{self.port}.log"
-        self.home = home or log_dir / f"home-{self.port}"  # index files of this server (a restart reuses them)
-        env = dict(os.environ, CONTENTSVC_DATABASE_URL=database_url, CONTENTSVC_HOME=str(self.home),
-                   **(extra_env or {}))
-        self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "contentsvc.cli", "run", "--port", str(self.port)],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        self.wait_ready()
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited: {self.log_path.read_text()[-4000:]}")
-            try:
-                if httpx.get(f"{self.base_url}/v0/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"server not ready: {self.log_path.read_text()[-4000:]}")
-
-    def stop(self) -> None:
-        import signal
-
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-        self._log.close()
+        tag = uuid.uuid4().hex[:8]
+        super().__init__(database_url, log_dir / f"server-{tag}.log", home or log_dir / f"home-{tag}", extra_env,
+                         ready_timeout=60)
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ import psycopg
 from contentsvc.auth import keys
 from contentsvc.journal.store import read_after
 from projectors.readmodel import fold
-from tests.conftest import free_port
+from contentsvc.local_service import free_port
 
 READ_TABLES = ("corpora", "receipts", "records", "versions")
 

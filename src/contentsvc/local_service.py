@@ -1,0 +1,93 @@
+"""`contentsvc run` as a child process, on a database of its own: how the end-to-end
+tests and the benchmarks start the service (the same command a user runs)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def create_database(admin_url: str, prefix: str) -> str:
+    """A new, empty database on admin_url's server; its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    params = conninfo_to_dict(admin_url)
+    params["dbname"] = name
+    return make_conninfo(**params)
+
+
+def drop_database(admin_url: str, url: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{conninfo_to_dict(url)["dbname"]}" WITH (FORCE)')
+
+
+class LocalService:
+    """`contentsvc run` on its own port and CONTENTSVC_HOME, logging to a file; ready when
+    constructed (its health answers)."""
+
+    def __init__(self, database_url: str, log_path: Path, home: Path, extra_env: dict[str, str] | None = None,
+                 ready_timeout: float = 90.0) -> None:
+        self.database_url = database_url
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.home = home
+        env = {**os.environ, "CONTENTSVC_DATABASE_URL": database_url, "CONTENTSVC_HOME": str(home),
+               **(extra_env or {})}
+        self._log = open(log_path, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "contentsvc.cli", "run", "--port", str(self.port)],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self._wait_ready(ready_timeout)
+
+    def tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.tail()}")
+            try:
+                if httpx.get(f"{self.base_url}/v0/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"server not ready after {timeout:.0f} s:\n{self.tail()}")
+
+    def stop(self) -> None:
+        """SIGTERM to the whole process group (the supervisor and its children), then SIGKILL."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=5)
+            except ProcessLookupError:
+                pass
+        self._log.close()

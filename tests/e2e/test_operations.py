@@ -156,6 +156,17 @@ def test_configure_retrieval_indexes_a_mapped_field_after_a_validated_cutover(cl
     record_id = wait_searchable(client, receipt)["record_id"]
     assert search(client, word, [corpus])["items"] == []  # not mapped yet: unmapped data is preserved, not searched
 
+    # A searcher runs through the reconfiguration: the body is searched by both configurations,
+    # so it finds the Record under the old one or the new one, never neither.
+    counts: list[int] = []
+    stop = threading.Event()
+
+    def searcher():
+        while not stop.is_set():
+            counts.append(len(search(client, "plain body", [corpus])["items"]))
+
+    thread = threading.Thread(target=searcher)
+    thread.start()
     r = configure(client, corpus, [SUMMARY_FIELD], idempotency_key="config-1")
     assert r.status_code == 202, r.text
     op = r.json()
@@ -174,6 +185,10 @@ def test_configure_retrieval_indexes_a_mapped_field_after_a_validated_cutover(cl
         assert state != "failed"
         time.sleep(0.02)
     done = wait_terminal(client, op["operation_id"])
+    time.sleep(0.2)
+    stop.set()
+    thread.join()
+    assert counts and set(counts) == {1}, counts
     assert_operation_shape(done)
     assert done["state"] == "succeeded", done
     assert done["counters"]["versions_in_scope"] == done["counters"]["versions_done"] == 1

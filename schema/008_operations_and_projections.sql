@@ -39,3 +39,9 @@ CREATE UNIQUE INDEX corpus_projections_one_serving ON corpus_projections (org_id
 -- A backfill reads, per Record of one Corpus, its latest record event.
 CREATE INDEX journal_record_history ON journal (org_id, corpus_id, subject_id, position DESC)
     WHERE kind IN ('record.accepted', 'record.withdrawn');
+
+-- Corpora created before this migration: their first generation serves.
+INSERT INTO corpus_projections (projection_generation_id, org_id, corpus_id, retrieval, vector_spaces, state,
+                                accepted_position, config_position)
+SELECT projection_generation_id, org_id, corpus_id, retrieval, vector_spaces, 'serving', 0, 0 FROM corpora
+ON CONFLICT DO NOTHING;

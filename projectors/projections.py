@@ -236,10 +236,12 @@ async def cut_over(conn: AsyncConnection, live: Live, p: Projection) -> list[New
 
 async def purgeable(conn: AsyncConnection) -> list[str]:
     """Generations whose documents can leave the index: failed and canceled ones at
-    once, retired ones after the grace period."""
+    once, retired ones after the grace period and once the read model no longer routes
+    searches to them (it may lag behind the cutover)."""
     cur = await conn.execute(
-        "SELECT projection_generation_id FROM corpus_projections WHERE NOT purged AND"
-        " (state IN ('failed', 'canceled') OR (state = 'retired' AND ended_at < now() - make_interval(secs => %s)))",
+        "SELECT projection_generation_id FROM corpus_projections p WHERE NOT purged AND"
+        " (state IN ('failed', 'canceled') OR (state = 'retired' AND ended_at < now() - make_interval(secs => %s)"
+        "  AND NOT EXISTS (SELECT 1 FROM corpora c WHERE c.projection_generation_id = p.projection_generation_id)))",
         (RETIRED_GRACE_SECONDS,))
     return [r[0] for r in await cur.fetchall()]
 

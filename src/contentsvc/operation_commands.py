@@ -78,7 +78,9 @@ async def rebuild_corpus(conn: AsyncConnection, p: Principal, corpus_id: str,
                              request_digest(req, corpus_id=corpus_id), {"kind": ops.PROJECTION_REBUILD})
 
 
-async def _load(conn: AsyncConnection, p: Principal, operation_id: str, *, for_update: bool = False):
+async def find_operation(conn: AsyncConnection, p: Principal, operation_id: str, *, for_update: bool = False):
+    """(corpus_id, public document, request) of an Operation the key may reach: another
+    Organization's, or one on a Corpus outside the key's scope, is 404."""
     cur = await conn.execute(
         "SELECT corpus_id, doc, request FROM operations WHERE operation_id = %s AND org_id = %s"
         + (" FOR UPDATE" if for_update else ""), (operation_id, p.org_id))
@@ -91,7 +93,7 @@ async def _load(conn: AsyncConnection, p: Principal, operation_id: str, *, for_u
 async def cancel_operation(conn: AsyncConnection, p: Principal, operation_id: str, req: ActionRequest | None) -> None:
     """Idempotent: a terminal or already canceling Operation is left as it is."""
     async with journal_transaction(conn):
-        corpus_id, doc, _ = await _load(conn, p, operation_id, for_update=True)
+        corpus_id, doc, _ = await find_operation(conn, p, operation_id, for_update=True)
         if doc["state"] in ops.TERMINAL or doc["state"] == "cancel_requested":
             return
         event = _event(p.org_id, corpus_id, {"operation_id": operation_id, "state": "cancel_requested"})
@@ -103,7 +105,7 @@ async def rerun_operation(conn: AsyncConnection, p: Principal, operation_id: str
                           req: KeyedActionRequest) -> tuple[str, bool]:
     """A terminal Operation runs again as a new one linked to it; the same key replays it."""
     async with journal_transaction(conn):
-        corpus_id, doc, request = await _load(conn, p, operation_id)
+        corpus_id, doc, request = await find_operation(conn, p, operation_id)
         if doc["state"] not in ops.TERMINAL:  # terminal is forever: a replay of an accepted rerun passes too
             raise ApiError(409, "operation_not_terminal",
                            f"Operation {operation_id} is {doc['state']}; only a finished Operation can be rerun.")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import msgspec
 from litestar import Request, Response, get, post, put
-from psycopg import AsyncConnection
 
 from contentsvc import operation_commands as commands
 from contentsvc.api.http import authenticate, read_body, read_json, respond, services
@@ -14,17 +13,6 @@ from contentsvc.auth.principal import Principal
 from contentsvc.config import MAX_INGEST_BYTES
 from contentsvc.domain.decoding import decode_body
 from contentsvc.domain.models import ActionRequest, ConfigUpdate, KeyedActionRequest, Operation
-from contentsvc.errors import not_found
-
-
-async def load_operation(conn: AsyncConnection, p: Principal, operation_id: str) -> Operation:
-    """Another Organization's Operation, or one on a Corpus outside the key's scope, is 404."""
-    cur = await conn.execute("SELECT corpus_id, doc FROM operations WHERE operation_id = %s AND org_id = %s",
-                             (operation_id, p.org_id))
-    row = await cur.fetchone()
-    if row is None or (row[0] is not None and not p.covers(row[0])):
-        raise not_found("operation")
-    return msgspec.convert(row[1], Operation)
 
 
 def _location(operation_id: str) -> dict[str, str]:
@@ -33,8 +21,8 @@ def _location(operation_id: str) -> dict[str, str]:
 
 async def _answer(request: Request, p: Principal, operation_id: str, status: int) -> Response:
     async with services(request).pool.connection() as conn:
-        operation = await load_operation(conn, p, operation_id)
-    return respond(operation, status, _location(operation_id))
+        _, doc, _ = await commands.find_operation(conn, p, operation_id)
+    return respond(msgspec.convert(doc, Operation), status, _location(operation_id))
 
 
 async def _start(request: Request, p: Principal, body: type, command, target: str) -> Response:

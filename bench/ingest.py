@@ -54,6 +54,7 @@ import msgspec
 import psycopg
 
 from contentsvc.local_service import LocalService, create_database, drop_database
+from contentsvc.search.vector_index import engine_vectors_enabled
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULT_PATH = RESULTS_DIR / "ingest.json"
@@ -1131,6 +1132,7 @@ def main(argv: list[str]) -> int:
                        "resolve_rate_per_s": args.rate, "resolve_seconds": 2 * args.seconds,
                        "raw_seconds": args.seconds, "raw_concurrency": RAW_CONCURRENCY, "raw_batch": RAW_BATCH,
                        "text_bytes": TEXT_BYTES, "texts_from": str(args.corpus),
+                       "engine_vectors": engine_vectors_enabled(),  # new Corpora embedded by the vectors projector
                        "http": "httpx.AsyncClient, HTTP/1.1 keep-alive, client on the same machine"},
         "machine": machine,
         "targets": judge(results),

@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     psub.add_parser("status", help="each projector's position and lag")
     r = psub.add_parser("replay", help="rebuild a projector's output from position 0")
     r.add_argument("name")
-    r.add_argument("--corpus", help="lexical only: rebuild this Corpus's projection generation (an Operation)")
+    r.add_argument("--corpus", help="rebuild only this Corpus's projection generation (an Operation, with progress)")
     r.add_argument("--org", help="the Corpus's Organization, when its id exists in several")
     p.set_defaults(func=cmd_projector)
 

@@ -110,9 +110,11 @@ async def _rebuild_corpus(url: str, corpus_id: str, org_id: str | None) -> int:
 
 def replay(url: str, projector, corpus_id: str | None = None, org_id: str | None = None) -> int:
     if corpus_id is not None:
-        if projector.name != "lexical":
-            print("--corpus rebuilds one Corpus's lexical projection generation: use it with `replay lexical`")
+        if projector.name not in ("lexical", "vectors"):
+            print("--corpus rebuilds one Corpus's projection generation: use it with `replay lexical|vectors`")
             return 2
+        # A Corpus's projection generation holds its lexical documents and names its vector spaces
+        # (a rebuild adds those enabled since; their vectors are embedded after the cutover).
         return asyncio.run(_rebuild_corpus(url, corpus_id, org_id))
     if projector.name == "readmodel":
         asyncio.run(_replay_readmodel(url, projector))

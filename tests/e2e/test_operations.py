@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -389,3 +390,20 @@ def test_operations_of_other_organizations_and_scopes_are_not_found(own_server, 
     assert_error(client.get("/v0/operations/op_nonexistent"), 404, "not_found")
     assert_error(client.post(f"/v0/corpora/{corpus}/rebuilds", json={}), 422, "invalid_schema")
     wait_terminal(client, op["operation_id"])
+
+
+def test_operator_replays_one_corpus_from_the_cli(own_server, client):
+    # issue: `contentsvc projector replay lexical --corpus C` with a progress bar, then a cutover.
+    corpus = create_corpus(client)
+    wait_searchable(client, ingest(client, extension_command(corpus, "o1", "Operator rebuild text.")))
+    before = client.get(f"/v0/corpora/{corpus}").json()["projection_generation_id"]
+    env = {**os.environ, "CONTENTSVC_DATABASE_URL": own_server.database_url, "CONTENTSVC_HOME": str(own_server.home)}
+    done = subprocess.run([sys.executable, "-m", "contentsvc.cli", "projector", "replay", "lexical", "--corpus", corpus],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = client.get(f"/v0/corpora/{corpus}").json()["projection_generation_id"]
+    assert after != before and f"serving {after}" in done.stdout, done.stdout
+    assert len(search(client, "operator rebuild", [corpus])["items"]) == 1
+    unknown = subprocess.run([sys.executable, "-m", "contentsvc.cli", "projector", "replay", "lexical", "--corpus",
+                              "no-such-corpus"], env=env, capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 2 and "not found" in unknown.stdout

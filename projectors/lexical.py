@@ -210,6 +210,7 @@ class LexicalProjector:
                 else:
                     news = [projections.operation_event(p, {"state": "running", **projections.counters(p)})]
                 await append(conn, news)
+                await conn.execute("SELECT pg_notify(%s, %s)", (PROGRESS_CHANNEL, KIND))  # searchers reload
             if finished:
                 log.info("projection_generation_built", generation=p.projection_generation_id,
                          corpus=p.corpus_id, operation=p.operation_id, outcome=news[0].payload["operation"]["state"])

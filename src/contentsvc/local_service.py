@@ -56,7 +56,7 @@ class LocalService:
             [sys.executable, "-m", "contentsvc.cli", "run", "--port", str(self.port)],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )
-        self._wait_ready(ready_timeout)
+        self.wait_ready(ready_timeout)
 
     def tail(self) -> str:
         try:
@@ -64,7 +64,7 @@ class LocalService:
         except OSError:
             return ""
 
-    def _wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

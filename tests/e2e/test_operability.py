@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import httpx
 import psycopg
@@ -66,9 +67,14 @@ def test_one_log_line_per_request_without_secrets(server, make_key, org):
         body = text_command(corpus, "log", "a body that must never be logged")
         r = client.post("/v0/records", json=body)
         request_id = r.headers["x-request-id"]
+    deadline = time.time() + 5  # the line is written as the answer leaves: it may land just after
+    while not (lines := [line for line in json_lines(server.log_path) if line.get("request_id") == request_id]):
+        assert time.time() < deadline, "no log line for the request"
+        time.sleep(0.05)
+    time.sleep(0.2)  # ... and a second one would follow at once
+    lines = [line for line in json_lines(server.log_path) if line.get("request_id") == request_id]
     log_text = server.log_path.read_text()
     assert secret not in log_text and "must never be logged" not in log_text
-    lines = [line for line in json_lines(server.log_path) if line.get("request_id") == request_id]
     assert len(lines) == 1
     line = lines[0]
     assert line["org"] == org and line["route"] == "/v0/records" and line["status"] == 202

@@ -53,8 +53,12 @@ class LexicalSearcher:
         self._generation: str | None = None
         self._index: tantivy.Index | None = None
         self._seen = -1
+        self._routed_seen: set[str] = set()  # Corpus projection generations searched since the last reload
 
-    async def index(self, conn: AsyncConnection) -> tantivy.Index:
+    async def index(self, conn: AsyncConnection, routed: list[str]) -> tantivy.Index:
+        """The index to search the `routed` projection generations in. A generation searched
+        for the first time forces a reload: the read model routes to a new generation only
+        after the commit that completed it, which this reader may not have seen yet."""
         generation = await generations.serving(conn, lexical_index_kind())
         if generation is None:
             raise search_unavailable("no lexical generation has been built yet")
@@ -67,9 +71,11 @@ class LexicalSearcher:
             except lexical_index.IndexUnavailable as exc:
                 raise search_unavailable(str(exc)) from None
             self._generation, self._seen = generation.generation_id, -1
-        if self._seen != self.moved.count:
+        if self._seen != self.moved.count or not self._routed_seen.issuperset(routed):
             self._seen = self.moved.count
             self._index.reload()
+            self._routed_seen = set()
+        self._routed_seen.update(routed)
         return self._index
 
 
@@ -232,7 +238,7 @@ async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vector
     namespaces = req.filter.source_namespaces if req.filter else None
     lexical_ranked, semantic_ranked, hydrated = [], [], {}
     if req.mode in ("lexical", "hybrid"):
-        index = await lexical.index(conn)
+        index = await lexical.index(conn, routed)
 
         async def fetch_lexical(n: int):
             return await asyncio.to_thread(

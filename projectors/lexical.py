@@ -158,7 +158,9 @@ class LexicalProjector:
                 await append(conn, [availability_event(e, "building_baseline", False) for e in fresh])
 
         decisions = projections.Decisions()
-        undecided = [e for e in events if e.position > self.published]  # decided before a restart: not again
+        # Decided before a restart: not again. Only Corpus and Operation events decide anything.
+        undecided = [e for e in events if e.position > self.published
+                     and e.kind in (ev.CORPUS_CREATED, ev.OPERATION_CHANGED)]
         if undecided:
             async with conn.transaction():
                 decisions = await projections.decide(conn, self.live, undecided)

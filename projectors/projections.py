@@ -95,8 +95,7 @@ async def load_live(conn: AsyncConnection) -> Live:
 
 
 def operation_event(p: Projection, moved: dict[str, Any]) -> NewEvent:
-    return NewEvent(kind=ev.OPERATION_CHANGED, org_id=p.org_id, corpus_id=p.corpus_id, subject_type="operation",
-                    subject_id=p.operation_id, payload={"operation": {"operation_id": p.operation_id, **moved}})
+    return ops.changed(p.org_id, p.corpus_id, p.operation_id, moved)
 
 
 def counters(p: Projection) -> dict[str, Any]:

@@ -82,6 +82,7 @@ class VectorProjector:
         self.last_snapshot = 0.0
         self._embedder = None
         self.tried: set[str] = set()  # Versions a backfill embedded (or found nothing to embed in)
+        self.backfills = True  # whether vector_backfills may hold a row (checked once, then known)
 
     @property
     def embedder(self):
@@ -149,7 +150,7 @@ class VectorProjector:
     async def step(self, conn: AsyncConnection, batch_size: int) -> int:
         await self._open_serving(conn)
         folded = await self._fold(conn, batch_size)
-        if self.generation and await self._backfill(conn):
+        if self.generation and self.backfills and await self._backfill(conn):
             return batch_size  # more to fill: come back at once
         if not folded:
             self._maybe_snapshot(force=True)  # idle: make the snapshot current
@@ -178,6 +179,7 @@ class VectorProjector:
             stale = [r[0] for r in await cur.fetchall()]
             added = await self._store(conn, current, vectors)
             for e in gained:  # the Corpus's earlier Versions get their vectors too
+                self.backfills = True
                 await conn.execute("INSERT INTO vector_backfills (org_id, corpus_id, space, since)"
                                    " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
                                    (e.org_id, e.corpus_id, SPACE, e.position))
@@ -237,7 +239,10 @@ class VectorProjector:
                 "SELECT b.org_id, b.corpus_id, b.since <= c.position FROM vector_backfills b"
                 " JOIN projector_checkpoints c ON c.name = 'readmodel' WHERE b.space = %s LIMIT 1", (SPACE,))
             row = await cur.fetchone()
-            if row is None or not row[2]:
+            if row is None:
+                self.backfills = False  # until a change adds the space to a Corpus
+                return False
+            if not row[2]:
                 return False
             org_id, corpus_id, _ = row
             cur = await conn.execute(

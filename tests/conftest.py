@@ -84,16 +84,16 @@ def server(database_url, tmp_path_factory):
     proc.stop()
 
 
+def key_for(database_url: str, org: str, actions: str = "*", corpora: str = "*") -> str:
+    """Creates an API key in that database the way `contentsvc keys create` does; returns the secret."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        return keys.create_key(conn, org, keys.parse_actions(actions), keys.parse_corpora(corpora), None).secret
+
+
 @pytest.fixture(scope="session")
 def make_key(database_url):
-    """Creates an API key the way `contentsvc keys create` does; returns the secret."""
-
-    def make(org: str, actions: str = "*", corpora: str = "*") -> str:
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            created = keys.create_key(conn, org, keys.parse_actions(actions), keys.parse_corpora(corpora), None)
-        return created.secret
-
-    return make
+    """key_for on the session's shared database."""
+    return lambda org, actions="*", corpora="*": key_for(database_url, org, actions, corpora)
 
 
 @pytest.fixture

@@ -21,26 +21,10 @@ from contentsvc.domain.canonical import request_digest
 from contentsvc.domain.models import ActionRequest, ConfigUpdate, KeyedActionRequest
 from contentsvc.domain.retrieval import effective_retrieval
 from contentsvc.errors import ApiError, not_found
-from contentsvc.journal import events as ev
-from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
-from contentsvc.readviews import existing_corpora
+from contentsvc.readviews import corpus_or_404
 from projectors.readmodel import fold
-
-
-def _event(org_id: str, corpus_id: str, operation: dict[str, Any], request: dict[str, Any] | None = None) -> NewEvent:
-    payload: dict[str, Any] = {"operation": operation}
-    if request is not None:
-        payload["request"] = request
-    return NewEvent(kind=ev.OPERATION_CHANGED, org_id=org_id, corpus_id=corpus_id, subject_type="operation",
-                    subject_id=operation["operation_id"], payload=payload)
-
-
-async def _require_corpus(conn: AsyncConnection, p: Principal, corpus_id: str) -> None:
-    """A Corpus named in the path: outside the key's scope or absent reads as absent."""
-    if not p.covers(corpus_id) or not await existing_corpora(conn, p.org_id, [corpus_id]):
-        raise not_found("corpus")
 
 
 async def _accept(conn: AsyncConnection, p: Principal, corpus_id: str, family: str, key: str, digest: bytes,
@@ -50,11 +34,11 @@ async def _accept(conn: AsyncConnection, p: Principal, corpus_id: str, family: s
     prior = await idempotency.claim_one(conn, p.org_id, family, key, digest, 202, "operation", operation_id)
     if prior is not None:
         return prior, True
-    operation = {"operation_id": operation_id, "kind": request["kind"], "state": "queued", "corpus_id": corpus_id,
+    operation = {"kind": request["kind"], "state": "queued", "corpus_id": corpus_id,
                  "counters": {"versions_in_scope": 0, "versions_done": 0}, "errors": []}
     if previous_operation_id is not None:
         operation["previous_operation_id"] = previous_operation_id
-    event = _event(p.org_id, corpus_id, operation, request)
+    event = ops.changed(p.org_id, corpus_id, operation_id, operation, request)
     await fold(conn, [event])
     await append(conn, [event])
     return operation_id, False
@@ -64,7 +48,7 @@ async def configure_retrieval(conn: AsyncConnection, p: Principal, corpus_id: st
                               req: ConfigUpdate) -> tuple[str, bool]:
     retrieval = effective_retrieval(req.retrieval)
     async with journal_transaction(conn):
-        await _require_corpus(conn, p, corpus_id)
+        await corpus_or_404(conn, p, corpus_id)
         return await _accept(conn, p, corpus_id, f"retrieval:{corpus_id}", req.idempotency_key,
                              request_digest(req, corpus_id=corpus_id),
                              {"kind": ops.RETRIEVAL_CONFIGURATION, "retrieval": retrieval})
@@ -73,7 +57,7 @@ async def configure_retrieval(conn: AsyncConnection, p: Principal, corpus_id: st
 async def rebuild_corpus(conn: AsyncConnection, p: Principal, corpus_id: str,
                          req: KeyedActionRequest) -> tuple[str, bool]:
     async with journal_transaction(conn):
-        await _require_corpus(conn, p, corpus_id)
+        await corpus_or_404(conn, p, corpus_id)
         return await _accept(conn, p, corpus_id, f"rebuild:{corpus_id}", req.idempotency_key,
                              request_digest(req, corpus_id=corpus_id), {"kind": ops.PROJECTION_REBUILD})
 
@@ -96,7 +80,7 @@ async def cancel_operation(conn: AsyncConnection, p: Principal, operation_id: st
         corpus_id, doc, _ = await find_operation(conn, p, operation_id, for_update=True)
         if doc["state"] in ops.TERMINAL or doc["state"] == "cancel_requested":
             return
-        event = _event(p.org_id, corpus_id, {"operation_id": operation_id, "state": "cancel_requested"})
+        event = ops.changed(p.org_id, corpus_id, operation_id, {"state": "cancel_requested"})
         await fold(conn, [event])
         await append(conn, [event])
 
@@ -109,7 +93,7 @@ async def rerun_operation(conn: AsyncConnection, p: Principal, operation_id: str
         if doc["state"] not in ops.TERMINAL:  # terminal is forever: a replay of an accepted rerun passes too
             raise ApiError(409, "operation_not_terminal",
                            f"Operation {operation_id} is {doc['state']}; only a finished Operation can be rerun.")
-        await _require_corpus(conn, p, corpus_id)  # eligibility is checked again: the Corpus must still be there
+        await corpus_or_404(conn, p, corpus_id)  # eligibility is checked again: the Corpus must still be there
         return await _accept(conn, p, corpus_id, f"rerun:{operation_id}", req.idempotency_key,
                              request_digest(req, operation_id=operation_id), request,
                              previous_operation_id=operation_id)

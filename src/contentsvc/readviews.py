@@ -24,6 +24,7 @@ from contentsvc.domain.models import (
     SourceIdentityView,
     Version,
 )
+from contentsvc.errors import not_found
 
 QUEUED_FOR_MATERIALIZATION = ProcessingSummary(state="queued", phase="materialization")
 IDLE = ProcessingSummary(state="idle")
@@ -235,6 +236,14 @@ async def load_corpus(conn: AsyncConnection, org_id: str, corpus_id: str) -> Cor
     )
     row = await cur.fetchone()
     return corpus_view(row) if row else None
+
+
+async def corpus_or_404(conn: AsyncConnection, p: Principal, corpus_id: str) -> Corpus:
+    """A Corpus named in the path: one outside the key's scope reads as absent, like a missing one."""
+    corpus = await load_corpus(conn, p.org_id, corpus_id) if p.covers(corpus_id) else None
+    if corpus is None:
+        raise not_found("corpus")
+    return corpus
 
 
 # Corpora are never deleted, so a Corpus once seen exists for good: ingest

@@ -9,7 +9,7 @@ import time
 import httpx
 import psycopg
 
-from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, json_lines, text_command
+from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, json_lines, key_for, text_command
 
 
 def cli(database_url: str, *args: str) -> subprocess.CompletedProcess:
@@ -84,10 +84,7 @@ def test_one_log_line_per_request_without_secrets(server, make_key, org):
 def test_database_outage_is_503_never_an_empty_answer(databases, tmp_path, admin_url):
     # part1 "A dependency outage is always an error, never an empty success"
     url = databases.create()
-    with psycopg.connect(url, autocommit=True) as conn:
-        from contentsvc.auth import keys
-
-        secret = keys.create_key(conn, "outage", keys.parse_actions("*"), None, None).secret
+    secret = key_for(url, "outage")
     proc = ServerProcess(url, tmp_path)
     try:
         with client_for(proc, secret) as client:

@@ -24,10 +24,9 @@ import psycopg
 import pytest
 import tantivy
 
-from contentsvc.auth import keys
 from contentsvc.domain.operations import projection_generation_for
 from contentsvc.search import lexical_index
-from tests.conftest import ServerProcess, assert_error, client_for, create_corpus
+from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, key_for
 from tests.e2e.test_search import _token, assert_excerpt_exact, ingest, ingest_batch, search, wait_searchable
 
 CHUNK = 40
@@ -44,8 +43,7 @@ def own_server(databases, tmp_path_factory):
 
 def new_key(server: ServerProcess) -> str:
     """A key for a fresh Organization of the server's database."""
-    with psycopg.connect(server.database_url, autocommit=True) as conn:
-        return keys.create_key(conn, f"org_{uuid.uuid4().hex[:10]}", keys.parse_actions("*"), None, None).secret
+    return key_for(server.database_url, f"org_{uuid.uuid4().hex[:10]}")
 
 
 @pytest.fixture()
@@ -382,7 +380,7 @@ def test_operations_of_other_organizations_and_scopes_are_not_found(own_server, 
                      404, "not_found")
     with psycopg.connect(own_server.database_url, autocommit=True) as conn:
         org = conn.execute("SELECT org_id FROM corpora WHERE corpus_id = %s", (corpus,)).fetchone()[0]
-        scoped = keys.create_key(conn, org, keys.parse_actions("*"), keys.parse_corpora("elsewhere"), None).secret
+    scoped = key_for(own_server.database_url, org, corpora="elsewhere")
     with client_for(own_server, scoped) as outside_scope:  # same Organization, Corpus out of scope
         assert_error(outside_scope.get(f"/v0/operations/{op['operation_id']}"), 404, "not_found")
         assert_error(outside_scope.post(f"/v0/corpora/{corpus}/rebuilds", json={"idempotency_key": key()}),

@@ -15,12 +15,12 @@ import time
 import psycopg
 import pytest
 
-from contentsvc.auth import keys
 from tests.conftest import (
     ServerProcess,
     assert_error,
     client_for,
     create_corpus,
+    key_for,
     text_command,
     wait_resolved,
 )
@@ -33,8 +33,7 @@ QUERIES = {"lexical": "measles vaccines", "semantic": "immunization of kids", "h
 def deployment(databases, tmp_path_factory):
     """An own server (the test locks one of its tables) and a key for it."""
     url = databases.create()
-    with psycopg.connect(url, autocommit=True) as conn:
-        secret = keys.create_key(conn, "deadline", keys.parse_actions("*"), None, None).secret
+    secret = key_for(url, "deadline")
     server = ServerProcess(url, tmp_path_factory.mktemp("deadline"))
     try:
         with client_for(server, secret) as api:

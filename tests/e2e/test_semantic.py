@@ -5,10 +5,7 @@ import subprocess
 import sys
 import time
 
-import psycopg
-
-from contentsvc.auth import keys
-from tests.conftest import ServerProcess, client_for, create_corpus, text_command
+from tests.conftest import ServerProcess, client_for, create_corpus, key_for, text_command
 
 TEXTS = {
     "vaccine": "Vaccines prevent measles infection in children.",
@@ -46,8 +43,7 @@ def semantic_top(api, corpus: str, query: str, expect: int = 1, timeout: float =
 def test_semantic_hybrid_coverage_and_vector_replay(databases, tmp_path):
     # Its own server: the vector replay below cuts over every Corpus of the deployment.
     url = databases.create()
-    with psycopg.connect(url, autocommit=True) as conn:
-        secret = keys.create_key(conn, "semantic", keys.parse_actions("*"), None, None).secret
+    secret = key_for(url, "semantic")
     server = ServerProcess(url, tmp_path)
     try:
         with client_for(server, secret) as api:

@@ -13,16 +13,14 @@ import time
 
 import psycopg
 
-from contentsvc.auth import keys
-from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, text_command
-from tests.e2e.test_semantic import TEXTS, semantic_top
+from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, key_for, text_command
 from tests.e2e.test_search import ingest, wait_searchable
+from tests.e2e.test_semantic import TEXTS, semantic_top
 
 
 def test_a_rebuild_adds_the_engine_space_and_embeds_existing_versions(databases, tmp_path):
     url = databases.create()
-    with psycopg.connect(url, autocommit=True) as conn:
-        secret = keys.create_key(conn, "spaces", keys.parse_actions("*"), None, None).secret
+    secret = key_for(url, "spaces")
     without = ServerProcess(url, tmp_path, extra_env={"CONTENTSVC_ENGINE_VECTORS": "0"})
     try:
         with client_for(without, secret) as api:

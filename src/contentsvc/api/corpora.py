@@ -5,11 +5,17 @@ from __future__ import annotations
 from litestar import Request, Response, get, post
 
 from contentsvc import commands
-from contentsvc.api.http import authenticate, page_after, query_int, read_json, respond, services
+from contentsvc.api.http import (
+    authenticate,
+    page_after,
+    query_int,
+    read_json,
+    respond,
+    services,
+)
 from contentsvc.config import MAX_INGEST_BYTES
 from contentsvc.domain.models import CorpusPage, CorpusRequest
-from contentsvc.errors import not_found
-from contentsvc.readviews import list_corpora, load_corpus
+from contentsvc.readviews import corpus_or_404, list_corpora, load_corpus
 
 CORPUS_CURSOR = "corpora"
 CORPUS_PAGE_MAX = 100
@@ -44,12 +50,8 @@ async def list_corpora_route(request: Request) -> Response:
 @get("/v0/corpora/{corpus_id:str}", operation_id="getCorpus")
 async def get_corpus(request: Request, corpus_id: str) -> Response:
     p = await authenticate(request, "corpora:read")
-    if not p.covers(corpus_id):
-        raise not_found("corpus")
     async with services(request).pool.connection() as conn:
-        corpus = await load_corpus(conn, p.org_id, corpus_id)
-    if corpus is None:
-        raise not_found("corpus")
+        corpus = await corpus_or_404(conn, p, corpus_id)
     return respond(corpus)
 
 

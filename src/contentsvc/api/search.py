@@ -6,8 +6,13 @@ from litestar import Request, Response, get, post
 
 from contentsvc.api.http import authenticate, read_json, respond, services
 from contentsvc.config import MAX_INGEST_BYTES
-from contentsvc.domain.models import SearchProfileList, SearchRequest, VectorSpace, VectorSpaceList
-from contentsvc.errors import not_found
+from contentsvc.domain.models import (
+    SearchProfileList,
+    SearchRequest,
+    VectorSpace,
+    VectorSpaceList,
+)
+from contentsvc.readviews import corpus_or_404
 from contentsvc.search import service, vector_index
 from contentsvc.search.embedding import DIMENSIONS, METRIC, MODEL_NAME
 
@@ -31,16 +36,10 @@ async def list_search_profiles(request: Request) -> Response:
 @get("/v0/corpora/{corpus_id:str}/vector-spaces", operation_id="listVectorSpaces")
 async def list_vector_spaces(request: Request, corpus_id: str) -> Response:
     p = await authenticate(request, "corpora:read")
-    if not p.covers(corpus_id):
-        raise not_found("corpus")
     async with services(request).pool.connection() as conn:
-        cur = await conn.execute("SELECT vector_spaces FROM corpora WHERE org_id = %s AND corpus_id = %s",
-                                 (p.org_id, corpus_id))
-        row = await cur.fetchone()
-        if row is None:
-            raise not_found("corpus")
+        corpus = await corpus_or_404(conn, p, corpus_id)
         items = []
-        if vector_index.SPACE in row[0]:
+        if vector_index.SPACE in corpus.vector_spaces:
             # Coverage: current segments holding a vector in this space.
             cur = await conn.execute(
                 "SELECT count(*) FROM vectors x JOIN records r ON r.record_id = x.record_id"

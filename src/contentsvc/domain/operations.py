@@ -1,4 +1,4 @@
-"""Operations: their states, how reported moves merge, and the cutover verdict.
+"""Operations: their states, how reported moves merge, their events, and the cutover verdict.
 
 An Operation's public document is a fold of `operation.changed` events,
 each carrying the members that moved. Pure functions only: the read-model
@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from contentsvc.ids import new_id
+from contentsvc.journal import events as ev
+from contentsvc.journal.events import NewEvent
 
 PROJECTION_REBUILD = "projection_rebuild"
 RETRIEVAL_CONFIGURATION = "retrieval_configuration"
@@ -38,6 +40,17 @@ def merge(current: dict[str, Any], moved: dict[str, Any]) -> dict[str, Any]:
     if state == "cancel_requested" and out.get("state") in ACTIVE:
         out["state"] = "cancel_requested"
     return out
+
+
+def changed(org_id: str, corpus_id: str, operation_id: str, moved: dict[str, Any],
+            request: dict[str, Any] | None = None) -> NewEvent:
+    """The `operation.changed` event reporting `moved`; an acceptance also carries the request
+    the lexical projector acts on (kept out of the public Operation)."""
+    payload: dict[str, Any] = {"operation": {"operation_id": operation_id, **moved}}
+    if request is not None:
+        payload["request"] = request
+    return NewEvent(kind=ev.OPERATION_CHANGED, org_id=org_id, corpus_id=corpus_id, subject_type="operation",
+                    subject_id=operation_id, payload=payload)
 
 
 def projection_generation_for(operation_id: str) -> str:

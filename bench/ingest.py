@@ -361,6 +361,49 @@ async def explain_pending(database_url: str, receipt_ids: list[str]) -> dict[str
 # --------------------------------------------------------------------------- 1. single ingest
 
 
+@dataclass
+class ClosedLoop:
+    sent: int
+    wall: float
+    cpu: float
+    errors: "Errors"
+    status: Counter
+
+    def status_counts(self) -> dict[str, int]:
+        return {str(k): v for k, v in sorted(self.status.items())}
+
+
+async def closed_loop(client: httpx.AsyncClient, path: str, bodies: list[bytes], concurrency: int, ok_status: int,
+                      answered: Callable[[float, httpx.Response], None]) -> ClosedLoop:
+    """POST the bodies with `concurrency` workers, each sending its next body when the last is
+    answered, for at most PHASE_CAP_S; `answered(latency_ms, response)` for each ok_status answer."""
+    errors, status = Errors(), Counter()
+    cursor = 0
+    deadline = time.perf_counter() + PHASE_CAP_S
+
+    async def worker() -> None:
+        nonlocal cursor
+        while cursor < len(bodies) and time.perf_counter() < deadline:
+            body = bodies[cursor]
+            cursor += 1
+            t = time.perf_counter()
+            try:
+                r = await client.post(path, content=body, headers=JSON_HEADERS)
+            except httpx.HTTPError as exc:
+                errors.add(type(exc).__name__, str(exc))
+                continue
+            elapsed = (time.perf_counter() - t) * 1000
+            status[r.status_code] += 1
+            if r.status_code == ok_status:
+                answered(elapsed, r)
+            else:
+                errors.add(f"http_{r.status_code}", r.text)
+
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return ClosedLoop(cursor, time.perf_counter() - t0, cpu_seconds() - cpu0, errors, status)
+
+
 async def bench_single(target: Target, texts: Texts, corpus_id: str, run_id: str, n: int) -> dict[str, Any]:
     async with new_client(target, SINGLE_CONCURRENCY) as client:
         # Warm-up: open the keep-alive connections (not counted).
@@ -371,48 +414,26 @@ async def bench_single(target: Target, texts: Texts, corpus_id: str, run_id: str
         bodies = [encode(ingest_command(corpus_id, f"{run_id}-s{i}", texts.take())) for i in range(n)]
         latencies: list[float] = []
         receipts: list[str] = []
-        errors = Errors()
-        status: Counter[int] = Counter()
-        cursor = 0
-        deadline = time.perf_counter() + PHASE_CAP_S
 
-        async def worker() -> None:
-            nonlocal cursor
-            while cursor < n and time.perf_counter() < deadline:
-                body = bodies[cursor]
-                cursor += 1
-                t = time.perf_counter()
-                try:
-                    r = await client.post("/v0/records", content=body, headers=JSON_HEADERS)
-                except httpx.HTTPError as exc:
-                    errors.add(type(exc).__name__, str(exc))
-                    continue
-                elapsed = (time.perf_counter() - t) * 1000
-                status[r.status_code] += 1
-                if r.status_code == 202:
-                    latencies.append(elapsed)
-                    receipts.append(decode(r.content)["receipt_id"])
-                else:
-                    errors.add(f"http_{r.status_code}", r.text)
+        def accepted(elapsed: float, r: httpx.Response) -> None:
+            latencies.append(elapsed)
+            receipts.append(decode(r.content)["receipt_id"])
 
-        cpu0, t0 = cpu_seconds(), time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(SINGLE_CONCURRENCY)))
-        wall = time.perf_counter() - t0
-        cpu = cpu_seconds() - cpu0
+        loop = await closed_loop(client, "/v0/records", bodies, SINGLE_CONCURRENCY, 202, accepted)
         drain = await wait_resolved(client, receipts[-SINGLE_CONCURRENCY * 2:], DRAIN_CAP_S, target.database_url)
 
     return {
         "requests_planned": n,
-        "requests_sent": cursor,
-        "capped_at_s": PHASE_CAP_S if cursor < n else None,
+        "requests_sent": loop.sent,
+        "capped_at_s": PHASE_CAP_S if loop.sent < n else None,
         "concurrency": SINGLE_CONCURRENCY,
         "accepted_202": len(latencies),
-        "errors": errors.report(),
-        "status_counts": {str(k): v for k, v in sorted(status.items())},
-        "seconds": round(wall, 3),
-        "throughput_req_per_s": round(len(latencies) / wall, 1) if wall else None,
+        "errors": loop.errors.report(),
+        "status_counts": loop.status_counts(),
+        "seconds": round(loop.wall, 3),
+        "throughput_req_per_s": round(len(latencies) / loop.wall, 1) if loop.wall else None,
         "latency": latency_summary(latencies),
-        "client_cpu_s": round(cpu, 2),
+        "client_cpu_s": round(loop.cpu, 2),
         "drain_after_phase": drain,
     }
 
@@ -427,12 +448,8 @@ async def bench_batch(target: Target, texts: Texts, corpus_id: str, run_id: str,
         bodies.append(encode({"entries": entries}))
     latencies: list[float] = []
     last_receipts: list[str] = []
-    errors = Errors()
     item_errors = Errors()
-    status: Counter[int] = Counter()
     accepted = 0
-    cursor = 0
-    deadline = time.perf_counter() + PHASE_CAP_S
 
     async with new_client(target, BATCH_CONCURRENCY) as client:
         # Warm-up: one small batch per connection (not counted).
@@ -441,54 +458,37 @@ async def bench_batch(target: Target, texts: Texts, corpus_id: str, run_id: str,
         await asyncio.gather(*(client.post("/v0/records/batch", content=w, headers=JSON_HEADERS) for w in warm),
                              return_exceptions=True)
 
-        async def worker() -> None:
-            nonlocal cursor, accepted
-            while cursor < batches and time.perf_counter() < deadline:
-                body = bodies[cursor]
-                cursor += 1
-                t = time.perf_counter()
-                try:
-                    r = await client.post("/v0/records/batch", content=body, headers=JSON_HEADERS)
-                except httpx.HTTPError as exc:
-                    errors.add(type(exc).__name__, str(exc))
-                    continue
-                elapsed = (time.perf_counter() - t) * 1000
-                status[r.status_code] += 1
-                if r.status_code != 200:
-                    errors.add(f"http_{r.status_code}", r.text)
-                    continue
-                items = decode(r.content)["items"]
-                ok = [it for it in items if it.get("status") == 202 and it.get("receipt")]
-                for it in items:
-                    if it.get("status") != 202:
-                        item_errors.add(f"item_{it.get('status')}", json.dumps(it.get("error")))
-                accepted += len(ok)
-                latencies.append(elapsed)
-                if ok:
-                    last_receipts.append(ok[-1]["receipt"]["receipt_id"])
+        def answered(elapsed: float, r: httpx.Response) -> None:
+            nonlocal accepted
+            items = decode(r.content)["items"]
+            ok = [it for it in items if it.get("status") == 202 and it.get("receipt")]
+            for it in items:
+                if it.get("status") != 202:
+                    item_errors.add(f"item_{it.get('status')}", json.dumps(it.get("error")))
+            accepted += len(ok)
+            latencies.append(elapsed)
+            if ok:
+                last_receipts.append(ok[-1]["receipt"]["receipt_id"])
 
-        cpu0, t0 = cpu_seconds(), time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(BATCH_CONCURRENCY)))
-        wall = time.perf_counter() - t0
-        cpu = cpu_seconds() - cpu0
+        loop = await closed_loop(client, "/v0/records/batch", bodies, BATCH_CONCURRENCY, 200, answered)
         drain = await wait_resolved(client, last_receipts, DRAIN_CAP_S, target.database_url)
 
-    end_to_end = wall + drain["seconds"]
+    end_to_end = loop.wall + drain["seconds"]
     return {
         "batches_planned": batches,
-        "batches_sent": cursor,
-        "capped_at_s": PHASE_CAP_S if cursor < batches else None,
+        "batches_sent": loop.sent,
+        "capped_at_s": PHASE_CAP_S if loop.sent < batches else None,
         "batch_size": BATCH_SIZE,
         "concurrency": BATCH_CONCURRENCY,
         "batches_ok_200": len(latencies),
         "records_accepted_202": accepted,
-        "errors": errors.report(),
+        "errors": loop.errors.report(),
         "item_errors": item_errors.report(),
-        "status_counts": {str(k): v for k, v in sorted(status.items())},
-        "seconds": round(wall, 3),
-        "records_per_s": round(accepted / wall, 1) if wall else None,
+        "status_counts": loop.status_counts(),
+        "seconds": round(loop.wall, 3),
+        "records_per_s": round(accepted / loop.wall, 1) if loop.wall else None,
         "batch_latency": latency_summary(latencies),
-        "client_cpu_s": round(cpu, 2),
+        "client_cpu_s": round(loop.cpu, 2),
         "drain_after_phase": drain,
         # Accepted and resolved by the projectors, from the first request to the last Receipt resolved.
         "records_resolved_per_s_end_to_end": (round(accepted / end_to_end, 1)

@@ -14,6 +14,7 @@ import asyncio
 import time
 
 from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
 
 from contentsvc.auth.principal import Principal
 from contentsvc.domain.cursors import CursorCodec, InvalidCursor
@@ -108,19 +109,22 @@ async def head_position(conn: AsyncConnection) -> int:
     return row[0] if row else 0
 
 
-async def start_position(conn: AsyncConnection, feed_moved: FeedTicker, wait_seconds: float = 2.0) -> int:
+async def start_position(pool: AsyncConnectionPool, feed_moved: FeedTicker, wait_seconds: float = 2.0) -> int:
     """The start-now position: the journal's committed head, once the read model has reached it.
 
     Waiting (briefly) for the read model makes "start now" mean now: the
     cursor does not deliver again what the caller just did. If the read model
     lags longer, the feed head is returned: a few duplicates, never a miss.
+    A pooled connection is held only for each look, not while waiting.
     """
-    cur = await conn.execute("SELECT coalesce(max(position), 0) FROM journal")
-    target = (await cur.fetchone())[0]
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT coalesce(max(position), 0) FROM journal")
+        target = (await cur.fetchone())[0]
     deadline = time.monotonic() + wait_seconds
     while True:
         seen = feed_moved.count
-        position = await head_position(conn)
+        async with pool.connection() as conn:
+            position = await head_position(conn)
         remaining = deadline - time.monotonic()
         if position >= target or remaining <= 0:
             return min(position, target)

@@ -41,11 +41,11 @@ async def poll_changes(request: Request) -> Response:
     svc = services(request)
     cursors = _cursors(svc)
     token = query_str(request, "cursor")
+    if token is None:  # start now
+        head = await start_position(svc.pool, svc.feed_moved)
+        return respond(ChangePage(items=[], next_cursor=cursors.encode(p, corpus_id, head)))
+    after = cursors.decode(p, corpus_id, token)
     async with svc.pool.connection() as conn:
-        if token is None:  # start now
-            head = await start_position(conn, svc.feed_moved)
-            return respond(ChangePage(items=[], next_cursor=cursors.encode(p, corpus_id, head)))
-        after = cursors.decode(p, corpus_id, token)
         events, next_position = await read_page(conn, p.org_id, corpus_id, after, limit)
     return respond(ChangePage(items=[e for _, e in events], next_cursor=cursors.encode(p, corpus_id, next_position)))
 
@@ -104,8 +104,7 @@ async def stream_changes(request: Request) -> ServerSentEvent:
     last_event_id = request.headers.get("last-event-id")
     token = last_event_id or query_str(request, "cursor")
     if token is None:
-        async with svc.pool.connection() as conn:
-            position = await start_position(conn, svc.feed_moved)
+        position = await start_position(svc.pool, svc.feed_moved)
         start_now = True
     else:
         position = cursors.decode(p, corpus_id, token, field="/last-event-id" if last_event_id else "/cursor")

@@ -6,5 +6,5 @@ import importlib
 
 
 def main(suite: str, argv: list[str]) -> int:
-    module = importlib.import_module(f"bench.{suite}")
+    module = importlib.import_module(f"contentsvc.bench.{suite}")
     return module.main(argv)

@@ -53,7 +53,7 @@ import httpx
 import msgspec
 import psycopg
 
-from contentsvc.local_service import LocalService, create_database, drop_database
+from contentsvc.processes.local_service import LocalService, create_database, drop_database
 from contentsvc.search.vector_index import engine_vectors_enabled
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -193,7 +193,7 @@ class OwnService:
         url = os.environ.get("CONTENTSVC_DATABASE_URL") or os.environ.get("CONTENTSVC_TEST_DATABASE_URL")
         if url:
             return url
-        from contentsvc.database import start_embedded
+        from contentsvc.storage.database import start_embedded
 
         self._tmp = tempfile.TemporaryDirectory(prefix="contentsvc-bench-pg-")
         return start_embedded(Path(self._tmp.name))
@@ -222,7 +222,7 @@ class OwnService:
                 print(f"warning: could not drop database {self.database_url}: {exc}", file=sys.stderr)
             self.database_url = None
         if self._tmp is not None:
-            from contentsvc import database
+            from contentsvc.storage import database
 
             for server in database._embedded_handles:  # stop the embedded server before removing its files
                 try:
@@ -779,8 +779,8 @@ async def timed_loop(url: str, connections: int, seconds: float, events_per_txn:
 
 
 async def bench_raw(database_url: str, texts: Texts, seconds: float) -> dict[str, Any]:
-    from contentsvc import database  # noqa: F401 - jsonb through msgspec, as the service does
-    from contentsvc.ids import new_id
+    from contentsvc.storage import database  # noqa: F401 - jsonb through msgspec, as the service does
+    from contentsvc.domain.ids import new_id
     from contentsvc.journal.events import NewEvent
     from contentsvc.journal.store import append
     from psycopg.types.json import Jsonb

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import psycopg
 
-from bench.ingest import OwnService, latency_summary, machine_info
+from contentsvc.bench.ingest import OwnService, latency_summary, machine_info
 
 DATASET = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "scifact"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -202,7 +202,7 @@ async def freshness(client, seconds: float, rate: float) -> dict:
 
 async def replay_rate(database_url: str, home: str) -> dict:
     """`projector replay lexical` in this process: fold from position 0 and cut over, timed."""
-    from contentsvc.search.replay import replay_lexical
+    from contentsvc.operator.replay import replay_lexical
 
     with psycopg.connect(database_url, autocommit=True) as conn:
         parts = conn.execute("SELECT count(*) FROM versions v JOIN records r ON r.current_version_id = v.version_id"

@@ -46,7 +46,7 @@ from typing import Any, Iterator
 
 import httpx
 
-from bench.ingest import RESULTS_DIR, BenchError, OwnService, closing_lines, fmt, machine_info, scan_server_log
+from contentsvc.bench.ingest import RESULTS_DIR, BenchError, OwnService, closing_lines, fmt, machine_info, scan_server_log
 
 RESULT_PATH = RESULTS_DIR / "upload.json"
 SERVER_LOG = RESULTS_DIR / "upload-server.log"

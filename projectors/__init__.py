@@ -9,10 +9,10 @@ from __future__ import annotations
 
 def registry() -> dict:
     from contentsvc.config import Settings
-    from projectors.lexical import LexicalProjector
-    from projectors.materializer import MaterializerProjector
-    from projectors.readmodel import ReadModelProjector
-    from projectors.vectors import VectorProjector
+    from contentsvc.projectors.lexical import LexicalProjector
+    from contentsvc.projectors.materializer import MaterializerProjector
+    from contentsvc.projectors.readmodel import ReadModelProjector
+    from contentsvc.projectors.vectors import VectorProjector
 
     home = Settings.from_env().home
     projectors = (MaterializerProjector(), ReadModelProjector(), LexicalProjector(home), VectorProjector(home))

@@ -40,8 +40,8 @@ from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
 from contentsvc.search import generations
 from contentsvc.search.lexical_index import LexicalWriter
-from projectors import projections
-from projectors.runner import checkpoint_of
+from contentsvc.projectors import projections
+from contentsvc.projectors.runner import checkpoint_of
 
 log = get_logger("contentsvc.projector.lexical")
 

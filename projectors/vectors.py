@@ -33,8 +33,8 @@ from contentsvc.logging import get_logger
 from contentsvc.search import generations, vector_index
 from contentsvc.search.lexical_index import segments_of
 from contentsvc.search.vector_index import SPACE
-from projectors.lexical import still_current
-from projectors.runner import checkpoint_of
+from contentsvc.projectors.lexical import still_current
+from contentsvc.projectors.runner import checkpoint_of
 
 log = get_logger("contentsvc.projector.vectors")
 

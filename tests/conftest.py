@@ -19,8 +19,8 @@ import psycopg
 import pytest
 
 from contentsvc.auth import keys
-from contentsvc.local_service import LocalService, create_database, drop_database
-from contentsvc.migrate import migrate
+from contentsvc.processes.local_service import LocalService, create_database, drop_database
+from contentsvc.storage.migrations import migrate
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +29,7 @@ def admin_url():
     if url:
         yield url
         return
-    from contentsvc.database import start_embedded
+    from contentsvc.storage.database import start_embedded
 
     with tempfile.TemporaryDirectory(prefix="contentsvc-pg-") as home:
         yield start_embedded(Path(home))

@@ -15,8 +15,8 @@ log = get_logger("contentsvc.cli")
 
 
 def _database_url(settings: Settings, migrate: bool = True) -> str:
-    from contentsvc.database import resolve_database_url
-    from contentsvc.migrate import migrate as run_migrations
+    from contentsvc.storage.database import resolve_database_url
+    from contentsvc.storage.migrations import migrate as run_migrations
 
     url = resolve_database_url(settings)
     if migrate:
@@ -25,8 +25,8 @@ def _database_url(settings: Settings, migrate: bool = True) -> str:
 
 
 def cmd_migrate(args, settings: Settings) -> int:
-    from contentsvc.database import resolve_database_url
-    from contentsvc.migrate import migrate
+    from contentsvc.storage.database import resolve_database_url
+    from contentsvc.storage.migrations import migrate
 
     applied = migrate(resolve_database_url(settings))
     print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))
@@ -51,14 +51,14 @@ def cmd_serve(args, settings: Settings) -> int:
 
 
 def cmd_run(args, settings: Settings) -> int:
-    from contentsvc.supervisor import run_all
+    from contentsvc.processes.supervisor import run_all
 
     url = _database_url(settings)
     return run_all(url, args.host or settings.host, args.port or settings.port)
 
 
 def cmd_projector(args, settings: Settings) -> int:
-    from projectors import registry
+    from contentsvc.projectors import registry
 
     projectors = registry()
     if args.action == "list":
@@ -67,14 +67,14 @@ def cmd_projector(args, settings: Settings) -> int:
         return 0
     url = _database_url(settings)
     if args.action == "status":
-        from contentsvc.projector_status import print_status
+        from contentsvc.operator.projectors import print_status
 
         return print_status(url, list(projectors))
     if args.name not in projectors:
         print(f"unknown projector {args.name!r}; known: {', '.join(projectors)}", file=sys.stderr)
         return 2
     if args.action == "run":
-        from projectors.runner import run
+        from contentsvc.projectors.runner import run
 
         try:
             asyncio.run(run(url, projectors[args.name]))
@@ -82,7 +82,7 @@ def cmd_projector(args, settings: Settings) -> int:
             pass
         return 0
     if args.action == "replay":
-        from contentsvc.projector_status import replay
+        from contentsvc.operator.projectors import replay
 
         return replay(url, projectors[args.name], args.corpus, args.org)
     return 2
@@ -90,7 +90,7 @@ def cmd_projector(args, settings: Settings) -> int:
 
 def cmd_keys(args, settings: Settings) -> int:
     from contentsvc.auth import keys
-    from contentsvc.database import connect
+    from contentsvc.storage.database import connect
 
     url = _database_url(settings)
     with connect(url, autocommit=True) as conn:
@@ -124,7 +124,7 @@ def cmd_keys(args, settings: Settings) -> int:
 
 
 def cmd_bench(args, settings: Settings) -> int:
-    from bench import main as bench_main
+    from contentsvc.bench import main as bench_main
 
     return bench_main(args.suite, args.rest)
 

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from contentsvc.local_service import free_port
+from contentsvc.processes.local_service import free_port
 from tests.conftest import create_corpus
 
 READ_TOOLS = ["list_corpora", "search", "read_record"]

@@ -572,7 +572,7 @@ def test_expired_url_and_configured_limit(database_url, make_key, tmp_path):
 
 async def _replayed_rows(database_url: str, org: str) -> dict[str, list[tuple]]:
     from contentsvc.journal.store import read_after
-    from projectors.readmodel import fold
+    from contentsvc.readmodel.fold import fold
 
     schema = f"replay_{uuid.uuid4().hex[:8]}"
     async with await psycopg.AsyncConnection.connect(database_url) as conn:

@@ -16,7 +16,7 @@ import httpx
 import psycopg
 
 from contentsvc.auth import keys
-from contentsvc.local_service import free_port
+from contentsvc.processes.local_service import free_port
 
 
 class Stack:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from contentsvc.domain import operations as ops
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import NewEvent
-from projectors.readmodel import fold
+from contentsvc.readmodel.fold import fold
 
 STATES = ["queued", "running", "cancel_requested", "succeeded", "failed", "canceled"]
 moves = st.lists(

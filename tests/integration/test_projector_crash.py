@@ -20,8 +20,8 @@ import psycopg
 
 from contentsvc.auth import keys
 from contentsvc.journal.store import read_after
-from projectors.readmodel import fold
-from contentsvc.local_service import free_port
+from contentsvc.readmodel.fold import fold
+from contentsvc.processes.local_service import free_port
 
 READ_TABLES = ("corpora", "receipts", "records", "versions")
 

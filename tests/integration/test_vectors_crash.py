@@ -28,7 +28,7 @@ import pytest
 
 from contentsvc.search import vector_index
 from contentsvc.search.embedding import DIMENSIONS
-from projectors.vectors import embedding_inputs
+from contentsvc.projectors.vectors import embedding_inputs
 from tests.integration.stack import Stack, command, ingest_batch
 
 RECORDS = 360

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contentsvc.blobstore import FilesystemBlobStore, PipelinedWriter, check_key, key_for
+from contentsvc.storage.blobstore import FilesystemBlobStore, PipelinedWriter, check_key, key_for
 from contentsvc.domain import uploads as up
 from contentsvc.domain.normalize import TextPathError, blob_text, html_to_text, text_route_refusal
-from contentsvc.errors import ApiError
+from contentsvc.domain.errors import ApiError
 
 
 def write_all(store: FilesystemBlobStore, chunks: list[bytes]):

@@ -5,7 +5,7 @@ from hypothesis import given, strategies as st
 
 from contentsvc.domain.decoding import decode_body, msgspec_path_to_pointer
 from contentsvc.domain.models import IngestCommand
-from contentsvc.errors import ApiError
+from contentsvc.domain.errors import ApiError
 
 GOOD = b'{"idempotency_key":"k","source":{"corpus_id":"c","namespace":"n","record_key":"r"},"content":{"kind":"text","text":"x"}}'
 

@@ -6,7 +6,7 @@ import pytest
 
 from contentsvc.domain.models import FieldMapping, RetrievalConfig
 from contentsvc.domain.retrieval import DEFAULT_RETRIEVAL, IndexTexts, effective_retrieval, resolve, source_view
-from contentsvc.errors import ApiError
+from contentsvc.domain.errors import ApiError
 
 PAYLOAD = {
     "manifest": {"parts": [

@@ -15,16 +15,16 @@ from psycopg_pool import PoolTimeout
 from contentsvc.api import changes, corpora, health, openapi, receipts, records, search
 from contentsvc.api import operations, uploads
 from contentsvc.api.http import Services
-from contentsvc.changefeed import FEED_PROJECTOR, FeedTicker
+from contentsvc.readmodel.changes import FEED_PROJECTOR, FeedTicker
 from contentsvc.config import MAX_BATCH_BYTES, Settings
-from contentsvc.database import async_pool
+from contentsvc.storage.database import async_pool
 from contentsvc.domain.cursors import CursorCodec
-from contentsvc.errors import ApiError, storage_unavailable
-from contentsvc.ids import new_id
+from contentsvc.domain.errors import ApiError, storage_unavailable
+from contentsvc.domain.ids import new_id
 from contentsvc.journal.store import PROGRESS_CHANNEL
 from contentsvc.logging import get_logger
 from contentsvc.search.service import LexicalSearcher, VectorSearcher
-from projectors.lexical import KIND as LEXICAL_PROJECTOR
+from contentsvc.projectors.lexical import KIND as LEXICAL_PROJECTOR
 
 log = get_logger("contentsvc.api")
 

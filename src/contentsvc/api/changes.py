@@ -11,11 +11,11 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from contentsvc.api.http import Services, authenticate, query_int, query_str, respond, services
 from contentsvc.auth.principal import Principal, load_principal
-from contentsvc.changefeed import ChangeCursors, read_page, start_position
+from contentsvc.readmodel.changes import ChangeCursors, read_page, start_position
 from contentsvc.config import CHANGE_PAGE_DEFAULT, CHANGE_PAGE_MAX
 from contentsvc.domain.models import ChangePage
-from contentsvc.errors import ApiError, not_found
-from contentsvc.readviews import existing_corpora
+from contentsvc.domain.errors import ApiError, not_found
+from contentsvc.readmodel.corpora import existing_corpora
 
 STREAM_PAGE = 200
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from litestar import Request, Response, get, post
 
-from contentsvc import commands
+from contentsvc.commands import corpora as commands
 from contentsvc.api.http import (
     authenticate,
     page_after,
@@ -15,7 +15,7 @@ from contentsvc.api.http import (
 )
 from contentsvc.config import MAX_INGEST_BYTES
 from contentsvc.domain.models import CorpusPage, CorpusRequest
-from contentsvc.readviews import corpus_or_404, list_corpora, load_corpus
+from contentsvc.readmodel.corpora import corpus_or_404, list_corpora, load_corpus
 
 CORPUS_CURSOR = "corpora"
 CORPUS_PAGE_MAX = 100

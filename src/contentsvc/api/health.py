@@ -6,7 +6,7 @@ from litestar import Request, Response, get
 
 from contentsvc.api.http import respond, services
 from contentsvc.domain.models import Health
-from contentsvc.errors import storage_unavailable
+from contentsvc.domain.errors import storage_unavailable
 
 
 @get("/v0/health", operation_id="getHealth")

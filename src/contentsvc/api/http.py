@@ -10,11 +10,11 @@ from litestar import Request, Response
 from psycopg_pool import AsyncConnectionPool
 
 from contentsvc.auth.principal import INVALID_KEY, Principal, bearer_secret, load_principal
-from contentsvc.changefeed import FeedTicker
+from contentsvc.readmodel.changes import FeedTicker
 from contentsvc.config import Settings
 from contentsvc.domain.cursors import CursorCodec, InvalidCursor
 from contentsvc.domain.decoding import decode_body
-from contentsvc.errors import ApiError, invalid_input
+from contentsvc.domain.errors import ApiError, invalid_input
 
 if TYPE_CHECKING:
     from contentsvc.search.service import LexicalSearcher, VectorSearcher

@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 from litestar import Request, Response, get, post, put
 
-from contentsvc import operation_commands as commands
+from contentsvc.commands import operations as commands
 from contentsvc.api.http import authenticate, read_body, read_json, respond, services
 from contentsvc.auth.principal import Principal
 from contentsvc.config import MAX_INGEST_BYTES

@@ -5,8 +5,8 @@ from __future__ import annotations
 from litestar import Request, Response, get
 
 from contentsvc.api.http import authenticate, respond, services
-from contentsvc.errors import not_found
-from contentsvc.readviews import load_receipt
+from contentsvc.domain.errors import not_found
+from contentsvc.readmodel.records import load_receipt
 
 
 @get("/v0/ingestion-receipts/{receipt_id:str}", operation_id="getReceipt")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 from litestar import Request, Response, get, post
 
-from contentsvc import commands, idempotency
+from contentsvc.commands import idempotency, records as commands
 from contentsvc.api.http import (
     authenticate,
     page_after,
@@ -16,7 +16,7 @@ from contentsvc.api.http import (
     respond,
     services,
 )
-from contentsvc.changefeed import resync_url
+from contentsvc.readmodel.changes import resync_url
 from contentsvc.config import (
     MAX_BATCH_BYTES,
     MAX_BATCH_ENTRIES,
@@ -35,8 +35,9 @@ from contentsvc.domain.models import (
     SourceIdentityView,
     WithdrawalCommand,
 )
-from contentsvc.errors import ApiError, not_found
-from contentsvc.readviews import existing_corpora, list_records, load_receipts, load_record, load_version, pending_receipt
+from contentsvc.domain.errors import ApiError, not_found
+from contentsvc.readmodel.corpora import existing_corpora
+from contentsvc.readmodel.records import list_records, load_receipts, load_record, load_version, pending_receipt
 
 RECORD_CURSOR = "records"
 

@@ -12,7 +12,7 @@ from contentsvc.domain.models import (
     VectorSpace,
     VectorSpaceList,
 )
-from contentsvc.readviews import corpus_or_404
+from contentsvc.readmodel.corpora import corpus_or_404
 from contentsvc.search import service, vector_index
 from contentsvc.search.embedding import DIMENSIONS, METRIC, MODEL_NAME
 

@@ -16,16 +16,16 @@ import time
 from litestar import Request, Response, get, post, put
 from litestar.exceptions import InternalServerException
 
-from contentsvc import commands
+from contentsvc.commands import uploads as commands
 from contentsvc.api.http import authenticate, read_body, read_json, respond, services
-from contentsvc.blobstore import BlobStore, FilesystemBlobStore, PipelinedWriter
+from contentsvc.storage.blobstore import BlobStore, FilesystemBlobStore, PipelinedWriter
 from contentsvc.config import MAX_INGEST_BYTES
 from contentsvc.domain import uploads as up
 from contentsvc.domain.decoding import decode_body
 from contentsvc.domain.models import ActionRequest, Blob, Error, Upload, UploadRequest
-from contentsvc.errors import ApiError, not_found
+from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.logging import get_logger
-from contentsvc.readviews import iso
+from contentsvc.domain.clock import iso
 
 log = get_logger("contentsvc.api.uploads")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from psycopg import AsyncConnection
 
 from contentsvc.auth.keys import hash_secret
-from contentsvc.errors import ApiError, forbidden
+from contentsvc.domain.errors import ApiError, forbidden
 
 
 @dataclass(frozen=True)

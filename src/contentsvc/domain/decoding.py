@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from contentsvc.errors import ApiError, invalid_schema
+from contentsvc.domain.errors import ApiError, invalid_schema
 
 T = TypeVar("T")
 

@@ -15,7 +15,7 @@ import msgspec
 
 from contentsvc.domain.models import BlobContent, IngestCommand, ManifestContent, WithdrawalCommand
 from contentsvc.domain.normalize import text_route_refusal
-from contentsvc.errors import ApiError
+from contentsvc.domain.errors import ApiError
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import NewEvent
 

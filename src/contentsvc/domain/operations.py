@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from contentsvc.ids import new_id
+from contentsvc.domain.ids import new_id
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import NewEvent
 

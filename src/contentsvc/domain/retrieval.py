@@ -9,7 +9,7 @@ configuration). The canonical source view of a Version exposes
 from __future__ import annotations
 
 from contentsvc.domain.models import RetrievalConfig
-from contentsvc.errors import ApiError
+from contentsvc.domain.errors import ApiError
 
 INSTALLED_PROFILES = ("default", "example.editorial")
 DECLARED_EXTENSION_NAMESPACES = ("example",)

@@ -14,7 +14,7 @@ import hmac
 from datetime import datetime, timezone
 from typing import Any
 
-from contentsvc.errors import ApiError
+from contentsvc.domain.errors import ApiError
 
 PUT_METHOD = "PUT"
 SHA256_HEADER = "x-content-sha256"

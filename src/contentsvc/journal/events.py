@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from contentsvc.ids import new_id
+from contentsvc.domain.ids import new_id
 
 # Commands accepted (internal: they carry the client's input).
 INGEST_ACCEPTED = "ingest.accepted"

@@ -19,7 +19,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from contentsvc import database  # noqa: F401  (installs msgspec as the jsonb codec: payloads decode 3x faster)
+from contentsvc.storage import database  # noqa: F401  (installs msgspec as the jsonb codec: payloads decode 3x faster)
 from contentsvc.journal.events import JournalEvent, NewEvent
 
 NOTIFY_CHANNEL = "contentsvc_journal"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from psycopg import AsyncConnection
 
-from contentsvc.ids import new_id
+from contentsvc.domain.ids import new_id
 
 
 @dataclass(frozen=True)

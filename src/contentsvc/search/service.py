@@ -16,7 +16,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from contentsvc.auth.principal import Principal
-from contentsvc.changefeed import FeedTicker
+from contentsvc.readmodel.changes import FeedTicker
 from contentsvc.domain.models import (
     Excerpt,
     Explanation,
@@ -26,7 +26,7 @@ from contentsvc.domain.models import (
     SearchRequest,
     SearchResponse,
 )
-from contentsvc.errors import ApiError, not_found
+from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.search import generations, lexical_index, vector_index
 from contentsvc.search.excerpts import excerpt, query_terms
 

@@ -14,17 +14,17 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from contentsvc import idempotency
+from contentsvc.commands import idempotency
 from contentsvc.auth.principal import Principal
 from contentsvc.domain import operations as ops
 from contentsvc.domain.canonical import request_digest
 from contentsvc.domain.models import ActionRequest, ConfigUpdate, KeyedActionRequest
 from contentsvc.domain.retrieval import effective_retrieval
-from contentsvc.errors import ApiError, not_found
+from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
-from contentsvc.readviews import corpus_or_404
-from projectors.readmodel import fold
+from contentsvc.readmodel.corpora import corpus_or_404
+from contentsvc.readmodel.fold import fold
 
 
 async def _accept(conn: AsyncConnection, p: Principal, corpus_id: str, family: str, key: str, digest: bytes,

@@ -15,9 +15,9 @@ import time
 import httpx
 
 from contentsvc.logging import get_logger
-from projectors import registry
+from contentsvc.projectors import registry
 
-log = get_logger("contentsvc.supervisor")
+log = get_logger("contentsvc.processes.supervisor")
 
 
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen:

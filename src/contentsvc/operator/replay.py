@@ -24,8 +24,8 @@ from contentsvc.journal.store import append, read_after
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.search import generations
 from contentsvc.search.lexical_index import LexicalWriter
-from projectors import projections
-from projectors.lexical import KIND, apply_to_index, availability_event, still_current
+from contentsvc.projectors import projections
+from contentsvc.projectors.lexical import KIND, apply_to_index, availability_event, still_current
 
 BATCH = 2000
 INDEXED_KINDS = [ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN]  # all a lexical generation is made of

@@ -17,7 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 from contentsvc.config import Settings
 from contentsvc.logging import get_logger
 
-log = get_logger("contentsvc.database")
+log = get_logger("contentsvc.storage.database")
 
 _embedded_handles: list = []
 

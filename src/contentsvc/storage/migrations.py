@@ -6,21 +6,21 @@ starting together) safe: the second waiter finds the work done.
 
 from __future__ import annotations
 
-import os
+from importlib import resources
 from pathlib import Path
 
 import psycopg
 
 from contentsvc.logging import get_logger
 
-log = get_logger("contentsvc.migrate")
+log = get_logger("contentsvc.storage.migrations")
 
 MIGRATION_LOCK = 0x6D696772  # "migr"
 
 
 def schema_dir() -> Path:
-    override = os.environ.get("CONTENTSVC_SCHEMA_DIR")
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "schema"
+    """The migrations shipped inside the package (contentsvc.schema, the checkout's schema/)."""
+    return Path(str(resources.files("contentsvc.schema")))
 
 
 def migrate(url: str) -> list[str]:
@@ -33,7 +33,10 @@ def migrate(url: str) -> list[str]:
                 " name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
             )
             done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
-            for path in sorted(schema_dir().glob("*.sql")):
+            paths = sorted(schema_dir().glob("*.sql"))
+            if not paths:  # a broken install must not start a service on an empty schema
+                raise RuntimeError(f"no SQL migrations found in {schema_dir()}: the installation is incomplete")
+            for path in paths:
                 if path.name in done:
                     continue
                 with conn.transaction():

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from psycopg import AsyncConnection
 
-from contentsvc.errors import ApiError
+from contentsvc.domain.errors import ApiError
 
 # Route families (part 1: ingest and batch entries share one; withdrawals have their own).
 INGEST = "ingest"

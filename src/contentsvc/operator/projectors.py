@@ -79,8 +79,8 @@ async def _rebuild_corpus(url: str, corpus_id: str, org_id: str | None) -> int:
     """A rebuild Operation accepted on the operator's behalf, followed to its end."""
     from contentsvc.auth.principal import Principal
     from contentsvc.domain.models import KeyedActionRequest
-    from contentsvc.ids import new_id
-    from contentsvc.operation_commands import rebuild_corpus
+    from contentsvc.domain.ids import new_id
+    from contentsvc.commands.operations import rebuild_corpus
 
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         cur = await conn.execute("SELECT org_id FROM corpora WHERE corpus_id = %s AND (%s::text IS NULL OR org_id = %s)",
@@ -121,13 +121,13 @@ def replay(url: str, projector, corpus_id: str | None = None, org_id: str | None
         print("replayed readmodel from position 0")
         return 0
     if projector.name == "lexical":
-        from contentsvc.search.replay import replay_lexical
+        from contentsvc.operator.replay import replay_lexical
 
         generation = asyncio.run(replay_lexical(url, projector.home))
         print(f"lexical generation {generation} built from position 0 and now serving")
         return 0
     if projector.name == "vectors":
-        from contentsvc.search.replay import replay_vectors
+        from contentsvc.operator.replay import replay_vectors
 
         generation = asyncio.run(replay_vectors(url, projector.home))
         print(f"vector generation {generation} built from the stored vectors and now serving")

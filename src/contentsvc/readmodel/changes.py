@@ -19,8 +19,8 @@ from psycopg_pool import AsyncConnectionPool
 from contentsvc.auth.principal import Principal
 from contentsvc.domain.cursors import CursorCodec, InvalidCursor
 from contentsvc.domain.models import ChangeEvent, ChangeSubject
-from contentsvc.errors import ApiError
-from contentsvc.readviews import iso
+from contentsvc.domain.errors import ApiError
+from contentsvc.domain.clock import iso
 
 CHANGE_CURSOR = "changes"
 

@@ -1,0 +1,1 @@
+"""Command handlers by resource: validate, claim idempotency, append events in one transaction."""

@@ -1,0 +1,1 @@
+"""Operator commands behind the CLI: projector status, replays and per-Corpus rebuilds."""

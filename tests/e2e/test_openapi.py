@@ -69,7 +69,8 @@ def test_every_operation_states_its_key_and_errors(doc):
         assert ("security" in op) == (op["operationId"] not in {"getHealth", "putUploadContent"}), op["operationId"]
     stream = doc["paths"]["/v0/changes/stream"]["get"]["responses"]["200"]["content"]
     assert list(stream) == ["text/event-stream"]
-    optional = {op["operationId"] for _, _, op in _operations(doc) if op.get("requestBody", {}).get("required") is False}
+    optional = {op["operationId"] for _, _, op in _operations(doc)
+                if op.get("requestBody", {}).get("required") is False}
     assert optional == {"cancelOperation", "resumeOperation", "confirmUpload"}
 
 

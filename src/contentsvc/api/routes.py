@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Generic, TypeVar
 
 import msgspec
-from litestar import Request, Response, route
+from litestar import Request, route
 from msgspec import inspect
 
 from contentsvc.api.http import authenticate, read_body

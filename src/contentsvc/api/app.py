@@ -120,6 +120,13 @@ async def _listen(url: str, feed_moved: FeedTicker, lexical_moved: FeedTicker) -
             await asyncio.sleep(1.0)
 
 
+# Every route the app serves; the OpenAPI document is generated from their declarations.
+ROUTES = [
+    *records.ROUTES, *receipts.ROUTES, *search.ROUTES, *corpora.ROUTES, *changes.ROUTES, *health.ROUTES,
+    *openapi.ROUTES, *uploads.ROUTES, *operations.ROUTES,
+]
+
+
 def create_app(settings: Settings, database_url: str) -> Litestar:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -139,10 +146,7 @@ def create_app(settings: Settings, database_url: str) -> Litestar:
             await pool.close()
 
     return Litestar(
-        route_handlers=[
-            *records.ROUTES, *receipts.ROUTES, *search.ROUTES, *corpora.ROUTES, *changes.ROUTES, *health.ROUTES, *openapi.ROUTES,
-            *uploads.ROUTES, *operations.ROUTES,
-        ],
+        route_handlers=ROUTES,
         lifespan=[lifespan],
         exception_handlers={
             ApiError: _api_error,

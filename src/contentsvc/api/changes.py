@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import time
-from typing import AsyncIterator
+from typing import Annotated, AsyncIterator
 
 import msgspec
-from litestar import Request, Response, get
+from litestar import Request, Response
 from litestar.response import ServerSentEvent, ServerSentEventMessage
+from msgspec import Meta
 
-from contentsvc.api.http import Services, authenticate, query_int, query_str, respond, services
+from contentsvc.api.http import Services, respond, services
+from contentsvc.api.routes import Call, Query, Stream, operation
 from contentsvc.auth.principal import Principal, load_principal
 from contentsvc.readmodel.changes import ChangeCursors, read_page, start_position
 from contentsvc.config import CHANGE_PAGE_DEFAULT, CHANGE_PAGE_MAX
-from contentsvc.domain.models import ChangePage
+from contentsvc.domain.models import ChangePage, NonEmpty
 from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.readmodel.corpora import existing_corpora
 
@@ -24,23 +26,32 @@ def _cursors(svc: Services) -> ChangeCursors:
     return ChangeCursors(svc.cursors, svc.settings.change_retention_seconds)
 
 
-async def _feed_request(request: Request) -> tuple[Principal, str]:
-    p = await authenticate(request, "changes:read")
-    corpus_id = query_str(request, "corpus_id", required=True)
+class StreamQuery(Query, kw_only=True):
+    corpus_id: NonEmpty
+    cursor: NonEmpty | None = None
+
+
+class PollQuery(StreamQuery, kw_only=True):
+    limit: Annotated[int, Meta(ge=1, le=CHANGE_PAGE_MAX)] = CHANGE_PAGE_DEFAULT
+
+
+async def _feed_corpus(call: Call[None, StreamQuery]) -> str:
+    """The feed's Corpus: in the key's scope, and existing."""
+    p, corpus_id = call.principal, call.query.corpus_id
     p.require_corpus(corpus_id)
-    async with services(request).pool.connection() as conn:
+    async with services(call.request).pool.connection() as conn:
         if not await existing_corpora(conn, p.org_id, [corpus_id]):
             raise not_found("corpus")
-    return p, corpus_id
+    return corpus_id
 
 
-@get("/v0/changes", operation_id="pollChanges")
-async def poll_changes(request: Request) -> Response:
-    p, corpus_id = await _feed_request(request)
-    limit = query_int(request, "limit", CHANGE_PAGE_DEFAULT, 1, CHANGE_PAGE_MAX)
-    svc = services(request)
+@operation("pollChanges", "GET", "/v0/changes", permission=("changes:read",), query=PollQuery,
+           responses={200: ChangePage})
+async def poll_changes(call: Call[None, PollQuery]) -> Response:
+    p, corpus_id, limit = call.principal, await _feed_corpus(call), call.query.limit
+    svc = services(call.request)
     cursors = _cursors(svc)
-    token = query_str(request, "cursor")
+    token = call.query.cursor
     if token is None:  # start now
         head = await start_position(svc.pool, svc.feed_moved)
         return respond(ChangePage(items=[], next_cursor=cursors.encode(p, corpus_id, head)))
@@ -95,14 +106,18 @@ async def _stream(
         await svc.feed_moved.wait_past(seen, timeout=min(remaining, 5.0))
 
 
-@get("/v0/changes/stream", operation_id="streamChanges")
-async def stream_changes(request: Request) -> ServerSentEvent:
-    p, corpus_id = await _feed_request(request)
+EVENTS = Stream("text/event-stream", "change, checkpoint and stream_error events (rule 19)")
+
+
+@operation("streamChanges", "GET", "/v0/changes/stream", permission=("changes:read",), query=StreamQuery,
+           headers=(("Last-Event-ID", False),), responses={200: EVENTS})
+async def stream_changes(call: Call[None, StreamQuery]) -> ServerSentEvent:
+    request, p, corpus_id = call.request, call.principal, await _feed_corpus(call)
     svc = services(request)
     cursors = _cursors(svc)
     # Last-Event-ID takes precedence over the query cursor (rule 19); errors before headers.
     last_event_id = request.headers.get("last-event-id")
-    token = last_event_id or query_str(request, "cursor")
+    token = last_event_id or call.query.cursor
     if token is None:
         position = await start_position(svc.pool, svc.feed_moved)
         start_now = True

@@ -2,42 +2,43 @@
 
 from __future__ import annotations
 
-from litestar import Request, Response, get, post
+from typing import Annotated
+
+from litestar import Response
+from msgspec import Meta
 
 from contentsvc.commands import corpora as commands
-from contentsvc.api.http import (
-    authenticate,
-    page_after,
-    query_int,
-    read_json,
-    respond,
-    services,
-)
-from contentsvc.config import MAX_INGEST_BYTES
-from contentsvc.domain.models import CorpusPage, CorpusRequest
+from contentsvc.api.http import page_after, respond, services
+from contentsvc.api.routes import Call, Query, operation
+from contentsvc.domain.models import Corpus, CorpusPage, CorpusRequest, NonEmpty
 from contentsvc.readmodel.corpora import corpus_or_404, list_corpora, load_corpus
 
 CORPUS_CURSOR = "corpora"
 CORPUS_PAGE_MAX = 100
 
 
-@post("/v0/corpora", operation_id="createCorpus")
-async def create_corpus(request: Request) -> Response:
-    p = await authenticate(request, "corpora:write")
-    req = await read_json(request, CorpusRequest, MAX_INGEST_BYTES)
-    async with services(request).pool.connection() as conn:
-        corpus_id, replayed = await commands.create_corpus(conn, p, req)
+@operation("createCorpus", "POST", "/v0/corpora", permission=("corpora:write",), body=CorpusRequest,
+           responses={201: Corpus, 200: Corpus})
+async def create_corpus(call: Call[CorpusRequest, None]) -> Response:
+    p = call.principal
+    async with services(call.request).pool.connection() as conn:
+        corpus_id, replayed = await commands.create_corpus(conn, p, call.body)
         corpus = await load_corpus(conn, p.org_id, corpus_id)
     return respond(corpus, 200 if replayed else 201, {"Location": f"/v0/corpora/{corpus_id}"})
 
 
-@get("/v0/corpora", operation_id="listCorpora")
-async def list_corpora_route(request: Request) -> Response:
-    p = await authenticate(request, "corpora:read")
-    limit = query_int(request, "limit", CORPUS_PAGE_MAX, 1, CORPUS_PAGE_MAX)
-    svc = services(request)
+class CorpusListQuery(Query, kw_only=True):
+    page_cursor: NonEmpty | None = None
+    limit: Annotated[int, Meta(ge=1, le=CORPUS_PAGE_MAX)] = CORPUS_PAGE_MAX
+
+
+@operation("listCorpora", "GET", "/v0/corpora", permission=("corpora:read",), query=CorpusListQuery,
+           responses={200: CorpusPage})
+async def list_corpora_route(call: Call[None, CorpusListQuery]) -> Response:
+    p, limit = call.principal, call.query.limit
+    svc = services(call.request)
     binding = {"org": p.org_id, "action": "corpora:read", "scope": p.scope_digest()}
-    after = page_after(request, CORPUS_CURSOR, binding, "/v0/corpora")
+    after = page_after(call.request, call.query.page_cursor, CORPUS_CURSOR, binding, "/v0/corpora")
     async with svc.pool.connection() as conn:
         items = await list_corpora(conn, p, after, limit + 1)  # one more: do more remain?
     more, items = len(items) > limit, items[:limit]
@@ -47,11 +48,10 @@ async def list_corpora_route(request: Request) -> Response:
     return respond(page)
 
 
-@get("/v0/corpora/{corpus_id:str}", operation_id="getCorpus")
-async def get_corpus(request: Request, corpus_id: str) -> Response:
-    p = await authenticate(request, "corpora:read")
-    async with services(request).pool.connection() as conn:
-        corpus = await corpus_or_404(conn, p, corpus_id)
+@operation("getCorpus", "GET", "/v0/corpora/{corpus_id}", permission=("corpora:read",), responses={200: Corpus})
+async def get_corpus(call: Call[None, None], corpus_id: str) -> Response:
+    async with services(call.request).pool.connection() as conn:
+        corpus = await corpus_or_404(conn, call.principal, corpus_id)
     return respond(corpus)
 
 

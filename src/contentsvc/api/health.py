@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from litestar import Request, Response, get
+from litestar import Response
 
 from contentsvc.api.http import respond, services
+from contentsvc.api.routes import Call, operation
 from contentsvc.domain.models import Health
 from contentsvc.domain.errors import storage_unavailable
 
 
-@get("/v0/health", operation_id="getHealth")
-async def health(request: Request) -> Response:
+@operation("getHealth", "GET", "/v0/health", permission=None, responses={200: Health})
+async def health(call: Call[None, None]) -> Response:
     try:
-        async with services(request).pool.connection(timeout=2.0) as conn:
+        async with services(call.request).pool.connection(timeout=2.0) as conn:
             await conn.execute("SELECT 1")
     except Exception:
         raise storage_unavailable() from None

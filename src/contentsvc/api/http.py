@@ -1,9 +1,9 @@
-"""Helpers every route uses: the caller's key, bodies, query values, answers."""
+"""Helpers every route uses: the caller's key, bodies, page cursors, answers."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from litestar import Request, Response
@@ -13,13 +13,10 @@ from contentsvc.auth.principal import INVALID_KEY, Principal, bearer_secret, loa
 from contentsvc.readmodel.changes import FeedTicker
 from contentsvc.config import Settings
 from contentsvc.domain.cursors import CursorCodec, InvalidCursor
-from contentsvc.domain.decoding import decode_body
-from contentsvc.domain.errors import ApiError, invalid_input
+from contentsvc.domain.errors import ApiError
 
 if TYPE_CHECKING:
     from contentsvc.search.service import LexicalSearcher, VectorSearcher
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -71,39 +68,13 @@ def too_large(limit: int) -> ApiError:
     return ApiError(413, "request_too_large", f"The request body exceeds {limit} bytes.")
 
 
-async def read_json(request: Request, type_: type[T], limit: int) -> T:
-    return decode_body(await read_body(request, limit), type_)
-
-
-def query_int(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise invalid_input(f"{name} must be an integer from {low} to {high}.", f"/{name}") from None
-    if not low <= value <= high:
-        raise invalid_input(f"{name} must be from {low} to {high}.", f"/{name}")
-    return value
-
-
-def query_str(request: Request, name: str, *, required: bool = False) -> str | None:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        if required:
-            raise invalid_input(f"The query parameter {name} is required.", f"/{name}")
-        return None
-    return raw
-
-
-def page_after(request: Request, kind: str, binding: dict[str, str], resync_url: str) -> str | None:
-    """The keyset position of `page_cursor`, checked against what the cursor is bound to.
+def page_after(request: Request, token: str | None, kind: str, binding: dict[str, str],
+               resync_url: str) -> str | None:
+    """The keyset position of the `page_cursor` token, checked against what the cursor is bound to.
 
     Not a cursor of this kind: 422 invalid_cursor. Bound to another filter or
     scope: 409 cursor_scope_changed with resync_url (part 1 rules 6 and 14).
     """
-    token = query_str(request, "page_cursor")
     if token is None:
         return None
     try:

@@ -1,103 +1,51 @@
-"""The OpenAPI 3.1 document, generated from the msgspec Structs.
+"""The OpenAPI 3.1 document, generated from the routes the app serves.
 
-Litestar's own generator is off: request bodies are decoded by hand (to
-give the contract's error codes and pointers), so this table states each
-operation's body and answers, and msgspec renders the schemas.
+Each route's declaration (api/routes.py) names its body, query and answers
+as the same msgspec Structs it decodes and encodes with; msgspec renders the
+schemas. Litestar's own generator is off: it would describe Litestar's
+decoding, not the contract's.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from typing import Any, Iterator
 
 import msgspec
-from litestar import Response, get
+from litestar import Litestar, Request, Response, get
 
 from contentsvc import __version__
-from contentsvc.domain import models as m
+from contentsvc.api.http import services
+from contentsvc.api.routes import Operation, Stream, operation_of
+from contentsvc.config import Settings
+from contentsvc.domain.models import Error
 
-# operation id -> (method, path, permission, request Struct, {status: response Struct}, query params)
-OPERATIONS: list[tuple[str, str, str, str | None, type | None, dict[int, type], list[tuple[str, str, bool]]]] = [
-    ("ingestRecord", "post", "/v0/records", "content:write", m.IngestCommand, {202: m.Receipt}, []),
-    ("listRecords", "get", "/v0/records", "content:read", None, {200: m.RecordPage},
-     [("corpus_id", "string", True), ("page_cursor", "string", False), ("limit", "integer", False)]),
-    ("ingestBatch", "post", "/v0/records/batch", "content:write", m.BatchRequest, {200: m.BatchResult}, []),
-    ("withdrawRecord", "post", "/v0/records/withdrawals", "content:write", m.WithdrawalCommand, {202: m.Receipt}, []),
-    ("getRecord", "get", "/v0/records/{record_id}", "content:read", None, {200: m.Record}, []),
-    ("getVersion", "get", "/v0/records/{record_id}/versions/{version_id}", "content:read", None, {200: m.Version}, []),
-    ("getReceipt", "get", "/v0/ingestion-receipts/{receipt_id}", "content:read", None, {200: m.Receipt}, []),
-    ("createCorpus", "post", "/v0/corpora", "corpora:write", m.CorpusRequest, {201: m.Corpus, 200: m.Corpus}, []),
-    ("listCorpora", "get", "/v0/corpora", "corpora:read", None, {200: m.CorpusPage},
-     [("page_cursor", "string", False), ("limit", "integer", False)]),
-    ("getCorpus", "get", "/v0/corpora/{corpus_id}", "corpora:read", None, {200: m.Corpus}, []),
-    ("pollChanges", "get", "/v0/changes", "changes:read", None, {200: m.ChangePage},
-     [("corpus_id", "string", True), ("cursor", "string", False), ("limit", "integer", False)]),
-    ("streamChanges", "get", "/v0/changes/stream", "changes:read", None, {200: None},
-     [("corpus_id", "string", True), ("cursor", "string", False)]),
-    ("getHealth", "get", "/v0/health", "", None, {200: m.Health}, []),
-    ("createUpload", "post", "/v0/uploads", "blobs:write", m.UploadRequest, {201: m.Upload, 200: m.Upload}, []),
-    # The presigned PUT: no API key; the body is the raw bytes, with the Upload's put_headers.
-    ("putUploadContent", "put", "/v0/uploads/{upload_id}/content", "", None, {200: m.Upload},
-     [("expires", "integer", True), ("signature", "string", True)]),
-    ("confirmUpload", "post", "/v0/uploads/{upload_id}/confirm", "blobs:write", m.ActionRequest, {202: m.Upload}, []),
-    ("getUpload", "get", "/v0/uploads/{upload_id}", "blobs:read", None, {200: m.Upload}, []),
-    ("getBlob", "get", "/v0/blobs/{blob_id}", "blobs:read", None, {200: m.Blob}, []),
-    ("searchRecords", "post", "/v0/search", "content:read search:query", m.SearchRequest, {200: m.SearchResponse}, []),
-    ("listSearchProfiles", "get", "/v0/search/profiles", "search:query", None, {200: m.SearchProfileList}, []),
-    ("listVectorSpaces", "get", "/v0/corpora/{corpus_id}/vector-spaces", "corpora:read", None,
-     {200: m.VectorSpaceList}, []),
-    ("getOperation", "get", "/v0/operations/{operation_id}", "operations:read", None, {200: m.Operation}, []),
-    ("cancelOperation", "post", "/v0/operations/{operation_id}/cancel", "operations:write", m.ActionRequest,
-     {200: m.Operation}, []),
-    ("rerunOperation", "post", "/v0/operations/{operation_id}/rerun", "operations:write", m.KeyedActionRequest,
-     {202: m.Operation}, []),
-    ("resumeOperation", "post", "/v0/operations/{operation_id}/resume", "operations:write", m.ActionRequest,
-     {200: m.Operation}, []),
-    ("configureRetrieval", "put", "/v0/corpora/{corpus_id}/retrieval", "corpora:write operations:write",
-     m.ConfigUpdate, {202: m.Operation}, []),
-    ("rebuildCorpusProjection", "post", "/v0/corpora/{corpus_id}/rebuilds", "projections:rebuild",
-     m.KeyedActionRequest, {202: m.Operation}, []),
-]
+REF = "#/components/schemas/{name}"
 
 
-@lru_cache(maxsize=1)
-def document() -> bytes:
-    structs = {m.Error}
-    for op in OPERATIONS:
-        structs.update(t for t in [op[4], *op[5].values()] if t is not None)
+def declared_operations(app: Litestar) -> Iterator[Operation]:
+    """Every operation the app serves, in the order its routes were registered."""
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", ()):
+            spec = operation_of(handler)
+            if spec is not None:
+                yield spec
+
+
+def document(app: Litestar, settings: Settings) -> dict[str, Any]:
+    operations = list(declared_operations(app))
+    structs = {Error}
+    for op in operations:
+        structs.update(t for t in [op.body, *op.responses.values()] if isinstance(t, type))
+        for member in op.members(settings).values():
+            structs.update(v for v in member.values() if isinstance(v, type))
     ordered = sorted(structs, key=lambda t: t.__name__)
-    refs, components = msgspec.json.schema_components(ordered, ref_template="#/components/schemas/{name}")
-    by_type = dict(zip(ordered, refs))
+    _, components = msgspec.json.schema_components(ordered, ref_template=REF)
     paths: dict[str, dict] = {}
-    for op_id, method, path, permission, request, responses, query in OPERATIONS:
-        parameters = [
-            {"name": name[1:-1], "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
-            for name in path.split("/") if name.startswith("{")
-        ] + [
-            {"name": name, "in": "query", "required": required, "schema": {"type": kind}}
-            for name, kind, required in query
-        ]
-        answers: dict[str, dict] = {}
-        for status, struct in responses.items():
-            if struct is None:
-                answers[str(status)] = {"description": "text/event-stream of change, checkpoint and stream_error events",
-                                        "content": {"text/event-stream": {"schema": {"type": "string"}}}}
-            else:
-                answers[str(status)] = {"description": struct.__name__,
-                                        "content": {"application/json": {"schema": by_type[struct]}}}
-        answers["default"] = {"description": "Error", "content": {"application/json": {"schema": by_type[m.Error]}}}
-        operation = {
-            "operationId": op_id,
-            "parameters": parameters,
-            "responses": answers,
-            "description": f"Requires the action {permission}." if permission else "No key required.",
-        }
-        if permission:
-            operation["security"] = [{"apiKey": []}]
-        if request is not None:
-            operation["requestBody"] = {"required": True,
-                                        "content": {"application/json": {"schema": by_type[request]}}}
-        paths.setdefault(path, {})[method] = operation
-    return msgspec.json.encode({
+    for op in operations:
+        if isinstance(op.body, type):
+            _refine(components[op.body.__name__], op.members(settings))
+        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op)
+    return {
         "openapi": "3.1.0",
         "info": {"title": "contentsvc", "version": __version__},
         "paths": paths,
@@ -105,12 +53,75 @@ def document() -> bytes:
             "schemas": components,
             "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}},
         },
-    })
+    }
+
+
+def _ref(struct: type) -> dict[str, str]:
+    return {"$ref": REF.format(name=struct.__name__)}
+
+
+def _refine(schema: dict, members: dict[str, dict]) -> None:
+    """Adds the bounds the route enforces beyond its body Struct (a Struct value: its $ref)."""
+    for name, keywords in members.items():
+        schema["properties"][name].update(
+            {k: _ref(v) if isinstance(v, type) else v for k, v in keywords.items()})
+
+
+def _operation(op: Operation) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "operationId": op.operation_id,
+        "parameters": _parameters(op),
+        "responses": {
+            **{str(status): _content(answer) for status, answer in op.responses.items()},
+            "default": _content(Error),
+        },
+        "description": f"Requires the action {' and '.join(op.permission)}." if op.permission
+        else "No API key.",
+    }
+    if op.permission:
+        out["security"] = [{"apiKey": []}]
+    if op.body is not None:
+        out["requestBody"] = {"required": op.body_required, **_content(op.body)}
+    return out
+
+
+def _content(answer: type | Stream) -> dict[str, Any]:
+    if isinstance(answer, Stream):
+        return {"description": answer.description, "content": {answer.media_type: {"schema": {}}}}
+    return {"description": answer.__name__, "content": {"application/json": {"schema": _ref(answer)}}}
+
+
+def _parameters(op: Operation) -> list[dict[str, Any]]:
+    params = [
+        {"name": part[1:-1], "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+        for part in op.path.split("/") if part.startswith("{")
+    ]
+    if op.query is not None:
+        schema = msgspec.json.schema(op.query)["$defs"][op.query.__name__]
+        required = set(schema.get("required", ()))
+        params += [
+            {"name": name, "in": "query", "required": name in required, "schema": _not_null(prop)}
+            for name, prop in schema["properties"].items()
+        ]
+    params += [{"name": name, "in": "header", "required": required, "schema": {"type": "string"}}
+               for name, required in op.headers]
+    return params
+
+
+def _not_null(schema: dict) -> dict:
+    """`str | None = None` in a query Struct means the parameter may be absent, never null."""
+    if "anyOf" not in schema:
+        return schema
+    [kept] = [s for s in schema["anyOf"] if s.get("type") != "null"]
+    return {**kept, **{k: v for k, v in schema.items() if k != "anyOf" and v is not None}}
 
 
 @get("/schema/openapi.json", include_in_schema=False)
-async def openapi_json() -> Response:
-    return Response(content=document(), media_type="application/json")
+async def openapi_json(request: Request) -> Response:
+    state = request.app.state
+    if state.get("openapi") is None:  # the routes are fixed once the app is built: render once
+        state["openapi"] = msgspec.json.encode(document(request.app, services(request).settings))
+    return Response(content=state["openapi"], media_type="application/json")
 
 
 ROUTES = [openapi_json]

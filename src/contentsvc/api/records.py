@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
-from litestar import Request, Response, get, post
+from litestar import Request, Response
+from msgspec import Meta
 
 from contentsvc.commands import idempotency, records as commands
-from contentsvc.api.http import (
-    authenticate,
-    page_after,
-    query_int,
-    query_str,
-    read_body,
-    read_json,
-    respond,
-    services,
-)
+from contentsvc.api.http import page_after, respond, services
+from contentsvc.api.routes import Call, Query, operation
 from contentsvc.readmodel.changes import resync_url
 from contentsvc.config import (
     MAX_BATCH_BYTES,
@@ -31,8 +26,12 @@ from contentsvc.domain.models import (
     BatchResult,
     Error,
     IngestCommand,
+    NonEmpty,
+    Receipt,
+    Record,
     RecordPage,
     SourceIdentityView,
+    Version,
     WithdrawalCommand,
 )
 from contentsvc.domain.errors import ApiError, not_found
@@ -71,18 +70,16 @@ async def _accept_one(request: Request, p, cmd, family: str) -> Response:
     return respond(receipt, 202, receipt_location(result.receipt_id))
 
 
-@post("/v0/records", operation_id="ingestRecord", status_code=202)
-async def ingest_record(request: Request) -> Response:
-    p = await authenticate(request, "content:write")
-    cmd = await read_json(request, IngestCommand, MAX_INGEST_BYTES)
-    return await _accept_one(request, p, cmd, idempotency.INGEST)
+@operation("ingestRecord", "POST", "/v0/records", permission=("content:write",), body=IngestCommand,
+           responses={202: Receipt})
+async def ingest_record(call: Call[IngestCommand, None]) -> Response:
+    return await _accept_one(call.request, call.principal, call.body, idempotency.INGEST)
 
 
-@post("/v0/records/withdrawals", operation_id="withdrawRecord", status_code=202)
-async def withdraw_record(request: Request) -> Response:
-    p = await authenticate(request, "content:write")
-    cmd = await read_json(request, WithdrawalCommand, MAX_INGEST_BYTES)
-    return await _accept_one(request, p, cmd, idempotency.WITHDRAWAL)
+@operation("withdrawRecord", "POST", "/v0/records/withdrawals", permission=("content:write",),
+           body=WithdrawalCommand, responses={202: Receipt})
+async def withdraw_record(call: Call[WithdrawalCommand, None]) -> Response:
+    return await _accept_one(call.request, call.principal, call.body, idempotency.WITHDRAWAL)
 
 
 def _entry(raw: msgspec.Raw, index: int) -> IngestCommand | ApiError:
@@ -104,11 +101,12 @@ def _error(exc: ApiError) -> Error:
     return Error(code=exc.code, message=exc.message, retryable=exc.retryable, field=exc.field)
 
 
-@post("/v0/records/batch", operation_id="ingestBatch", status_code=200)
-async def ingest_batch(request: Request) -> Response:
-    p = await authenticate(request, "content:write")
-    raw = await read_body(request, MAX_BATCH_BYTES)
-    batch = decode_body(raw, BatchRequest)
+@operation("ingestBatch", "POST", "/v0/records/batch", permission=("content:write",), body=BatchRequest,
+           body_limit=MAX_BATCH_BYTES, responses={200: BatchResult},
+           # Entries are decoded one by one, each fault answered in its item (rule 2).
+           body_members={"entries": {"items": IngestCommand, "maxItems": MAX_BATCH_ENTRIES}})
+async def ingest_batch(call: Call[BatchRequest, None]) -> Response:
+    request, p, batch = call.request, call.principal, call.body
     if len(batch.entries) > MAX_BATCH_ENTRIES:
         raise ApiError(413, "batch_too_large", f"A batch holds at most {MAX_BATCH_ENTRIES} entries.",
                        field="/entries")
@@ -127,35 +125,39 @@ async def ingest_batch(request: Request) -> Response:
     return respond(BatchResult(items=items), 200)
 
 
-@get("/v0/records/{record_id:str}", operation_id="getRecord")
-async def get_record(request: Request, record_id: str) -> Response:
-    p = await authenticate(request, "content:read")
-    async with services(request).pool.connection() as conn:
-        record = await load_record(conn, p, record_id)
+@operation("getRecord", "GET", "/v0/records/{record_id}", permission=("content:read",), responses={200: Record})
+async def get_record(call: Call[None, None], record_id: str) -> Response:
+    async with services(call.request).pool.connection() as conn:
+        record = await load_record(conn, call.principal, record_id)
     if record is None:
         raise not_found("record")
     return respond(record)
 
 
-@get("/v0/records/{record_id:str}/versions/{version_id:str}", operation_id="getVersion")
-async def get_version(request: Request, record_id: str, version_id: str) -> Response:
-    p = await authenticate(request, "content:read")
-    async with services(request).pool.connection() as conn:
-        version = await load_version(conn, p, record_id, version_id)
+@operation("getVersion", "GET", "/v0/records/{record_id}/versions/{version_id}", permission=("content:read",),
+           responses={200: Version})
+async def get_version(call: Call[None, None], record_id: str, version_id: str) -> Response:
+    async with services(call.request).pool.connection() as conn:
+        version = await load_version(conn, call.principal, record_id, version_id)
     if version is None:
         raise not_found("version")
     return respond(version)
 
 
-@get("/v0/records", operation_id="listRecords")
-async def list_records_route(request: Request) -> Response:
-    p = await authenticate(request, "content:read")
-    corpus_id = query_str(request, "corpus_id", required=True)
-    limit = query_int(request, "limit", RECORD_PAGE_DEFAULT, 1, RECORD_PAGE_MAX)
+class RecordListQuery(Query, kw_only=True):
+    corpus_id: NonEmpty
+    page_cursor: NonEmpty | None = None
+    limit: Annotated[int, Meta(ge=1, le=RECORD_PAGE_MAX)] = RECORD_PAGE_DEFAULT
+
+
+@operation("listRecords", "GET", "/v0/records", permission=("content:read",), query=RecordListQuery,
+           responses={200: RecordPage})
+async def list_records_route(call: Call[None, RecordListQuery]) -> Response:
+    request, p, corpus_id, limit = call.request, call.principal, call.query.corpus_id, call.query.limit
     p.require_corpus(corpus_id)
     svc = services(request)
     binding = {"org": p.org_id, "corpus": corpus_id, "scope": p.scope_digest()}
-    after = page_after(request, RECORD_CURSOR, binding, resync_url(corpus_id))
+    after = page_after(request, call.query.page_cursor, RECORD_CURSOR, binding, resync_url(corpus_id))
     async with svc.pool.connection() as conn:
         if after is None and not await _corpus_exists(conn, p.org_id, corpus_id):
             raise not_found("corpus")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from litestar import Request, Response, get, post
+from litestar import Response
 
-from contentsvc.api.http import authenticate, read_json, respond, services
-from contentsvc.config import MAX_INGEST_BYTES
+from contentsvc.api.http import respond, services
+from contentsvc.api.routes import Call, operation
 from contentsvc.domain.models import (
     SearchProfileList,
     SearchRequest,
+    SearchResponse,
     VectorSpace,
     VectorSpaceList,
 )
@@ -17,26 +18,26 @@ from contentsvc.search import service, vector_index
 from contentsvc.search.embedding import DIMENSIONS, METRIC, MODEL_NAME
 
 
-@post("/v0/search", operation_id="searchRecords", status_code=200)
-async def search_records(request: Request) -> Response:
-    p = await authenticate(request, "content:read", "search:query")
-    req = await read_json(request, SearchRequest, MAX_INGEST_BYTES)
-    svc = services(request)
+@operation("searchRecords", "POST", "/v0/search", permission=("content:read", "search:query"),
+           body=SearchRequest, responses={200: SearchResponse})
+async def search_records(call: Call[SearchRequest, None]) -> Response:
+    svc = services(call.request)
     async with svc.pool.connection() as conn:
-        result = await service.search(conn, svc.lexical, svc.vectors, p, req)
+        result = await service.search(conn, svc.lexical, svc.vectors, call.principal, call.body)
     return respond(result)
 
 
-@get("/v0/search/profiles", operation_id="listSearchProfiles")
-async def list_search_profiles(request: Request) -> Response:
-    await authenticate(request, "search:query")
+@operation("listSearchProfiles", "GET", "/v0/search/profiles", permission=("search:query",),
+           responses={200: SearchProfileList})
+async def list_search_profiles(call: Call[None, None]) -> Response:
     return respond(SearchProfileList(items=service.PROFILES))
 
 
-@get("/v0/corpora/{corpus_id:str}/vector-spaces", operation_id="listVectorSpaces")
-async def list_vector_spaces(request: Request, corpus_id: str) -> Response:
-    p = await authenticate(request, "corpora:read")
-    async with services(request).pool.connection() as conn:
+@operation("listVectorSpaces", "GET", "/v0/corpora/{corpus_id}/vector-spaces", permission=("corpora:read",),
+           responses={200: VectorSpaceList})
+async def list_vector_spaces(call: Call[None, None], corpus_id: str) -> Response:
+    p = call.principal
+    async with services(call.request).pool.connection() as conn:
         corpus = await corpus_or_404(conn, p, corpus_id)
         items = []
         if vector_index.SPACE in corpus.vector_spaces:

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Annotated
 
-from litestar import Request, Response, get, post, put
+from litestar import Request, Response
 from litestar.exceptions import InternalServerException
+from msgspec import Meta
 
 from contentsvc.commands import uploads as commands
-from contentsvc.api.http import authenticate, read_body, read_json, respond, services
+from contentsvc.api.http import respond, services
+from contentsvc.api.routes import Call, Query, Stream, operation
 from contentsvc.storage.blobstore import BlobStore, FilesystemBlobStore, PipelinedWriter
-from contentsvc.config import MAX_INGEST_BYTES
 from contentsvc.domain import uploads as up
-from contentsvc.domain.decoding import decode_body
-from contentsvc.domain.models import ActionRequest, Blob, Error, Upload, UploadRequest
+from contentsvc.domain.models import ActionRequest, Blob, Error, NonEmpty, Upload, UploadRequest
 from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.logging import get_logger
 from contentsvc.domain.clock import iso
@@ -78,10 +79,11 @@ def _mib(n: int) -> str:
     return f"{n / (1024 * 1024):g} MiB"
 
 
-@post("/v0/uploads", operation_id="createUpload")
-async def create_upload(request: Request) -> Response:
-    p = await authenticate(request, "blobs:write")
-    req = await read_json(request, UploadRequest, MAX_INGEST_BYTES)
+@operation("createUpload", "POST", "/v0/uploads", permission=("blobs:write",), body=UploadRequest,
+           body_members=lambda settings: {"size_bytes": {"maximum": settings.max_blob_bytes}},
+           responses={201: Upload, 200: Upload})
+async def create_upload(call: Call[UploadRequest, None]) -> Response:
+    request, p, req = call.request, call.principal, call.body
     settings = services(request).settings
     if req.size_bytes > settings.max_blob_bytes:  # before any session is issued (rule 7)
         raise ApiError(413, "request_too_large",
@@ -99,17 +101,27 @@ def invalid_signature() -> ApiError:
                     "put_url of the Upload unchanged.")
 
 
-@put("/v0/uploads/{upload_id:str}/content", operation_id="putUploadContent", status_code=200,
-     request_max_body_size=None)  # bounded by the session's declared size, itself under the Blob limit
-async def put_upload_content(request: Request, upload_id: str) -> Response:
-    expires_raw = request.query_params.get("expires") or ""
-    signature = request.query_params.get("signature") or ""
-    if not expires_raw.isdigit() or not signature:
-        raise invalid_signature()
+class PresignedQuery(Query, kw_only=True):
+    """The query of a put_url: its expiry (Unix seconds) and HMAC signature."""
+
+    expires: Annotated[int, Meta(ge=0)]
+    signature: NonEmpty
+
+
+# Sent with the Upload's put_headers; the body is bounded by the session's declared size,
+# itself under the Blob limit.
+UPLOAD_BYTES = Stream("*/*", "The Upload's bytes, exactly size_bytes of media_type, with its put_headers.")
+
+
+@operation("putUploadContent", "PUT", "/v0/uploads/{upload_id}/content", permission=None, query=PresignedQuery,
+           query_refusal=invalid_signature, body=UPLOAD_BYTES, headers=((up.SHA256_HEADER, True),),
+           responses={200: Upload})
+async def put_upload_content(call: Call[None, PresignedQuery], upload_id: str) -> Response:
+    request, expires = call.request, call.query.expires
     secret = await upload_secret(request)
-    if not up.signature_valid(secret, upload_id, int(expires_raw), signature):
+    if not up.signature_valid(secret, upload_id, expires, call.query.signature):
         raise invalid_signature()
-    if time.time() >= int(expires_raw):
+    if time.time() >= expires:
         raise ApiError(410, "upload_expired", "The upload URL has expired; create a new upload.")
     svc = services(request)
     async with svc.pool.connection() as conn:
@@ -152,31 +164,31 @@ async def put_upload_content(request: Request, upload_id: str) -> Response:
     return respond(upload_view(request, row, secret), 200, _location(upload_id))
 
 
-@post("/v0/uploads/{upload_id:str}/confirm", operation_id="confirmUpload", status_code=202)
-async def confirm_upload(request: Request, upload_id: str) -> Response:
-    p = await authenticate(request, "blobs:write")
-    raw = await read_body(request, MAX_INGEST_BYTES)
-    req = decode_body(raw, ActionRequest) if raw.strip() else None  # an empty body is accepted
+@operation("confirmUpload", "POST", "/v0/uploads/{upload_id}/confirm", permission=("blobs:write",),
+           body=ActionRequest, body_required=False,  # an empty body is accepted
+           responses={202: Upload})
+async def confirm_upload(call: Call[ActionRequest | None, None], upload_id: str) -> Response:
+    request, p, req = call.request, call.principal, call.body
     async with services(request).pool.connection() as conn:
         await commands.confirm_upload(conn, p, upload_id, req)
         row = await commands.load_upload(conn, upload_id, p.org_id)
     return respond(upload_view(request, row, await upload_secret(request)), 202, _location(upload_id))
 
 
-@get("/v0/uploads/{upload_id:str}", operation_id="getUpload")
-async def get_upload(request: Request, upload_id: str) -> Response:
-    p = await authenticate(request, "blobs:read")
+@operation("getUpload", "GET", "/v0/uploads/{upload_id}", permission=("blobs:read",), responses={200: Upload})
+async def get_upload(call: Call[None, None], upload_id: str) -> Response:
+    request = call.request
     async with services(request).pool.connection() as conn:
-        row = await commands.load_upload(conn, upload_id, p.org_id)
+        row = await commands.load_upload(conn, upload_id, call.principal.org_id)
     if row is None:
         raise not_found("upload")
     return respond(upload_view(request, row, await upload_secret(request)))
 
 
-@get("/v0/blobs/{blob_id:str}", operation_id="getBlob")
-async def get_blob(request: Request, blob_id: str) -> Response:
-    p = await authenticate(request, "blobs:read")
-    async with services(request).pool.connection() as conn:
+@operation("getBlob", "GET", "/v0/blobs/{blob_id}", permission=("blobs:read",), responses={200: Blob})
+async def get_blob(call: Call[None, None], blob_id: str) -> Response:
+    p = call.principal
+    async with services(call.request).pool.connection() as conn:
         cur = await conn.execute(
             "SELECT blob_id, media_type, size_bytes, sha256, created_at FROM blobs WHERE blob_id = %s AND org_id = %s",
             (blob_id, p.org_id),

@@ -280,13 +280,17 @@ ProfileName = Annotated[str, Meta(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
 NamespaceName = Annotated[str, Meta(min_length=1, max_length=200)]
 
 
+# Uniqueness is checked by the search service (422 invalid_schema), not by msgspec: stated here for the schema.
+UNIQUE = {"uniqueItems": True}
+
+
 class SearchFilter(Input, kw_only=True):
-    source_namespaces: Annotated[list[NamespaceName], Meta(min_length=1, max_length=50)]
+    source_namespaces: Annotated[list[NamespaceName], Meta(min_length=1, max_length=50, extra_json_schema=UNIQUE)]
 
 
 class SearchRequest(Input, kw_only=True):
     query: Annotated[str, Meta(min_length=1)]  # 8,192 characters: checked with the profile (query_too_long)
-    corpus_ids: Annotated[list[NonEmpty], Meta(min_length=1, max_length=16)]
+    corpus_ids: Annotated[list[NonEmpty], Meta(min_length=1, max_length=16, extra_json_schema=UNIQUE)]
     mode: Literal["lexical", "semantic", "hybrid"] = "hybrid"
     profile: ProfileName = "default"
     limit: Annotated[int, Meta(ge=1, le=50)] = 10

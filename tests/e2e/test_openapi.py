@@ -1,0 +1,203 @@
+"""The served OpenAPI document states what the routes accept.
+
+Every route the app registers appears with its contract operation id, and
+the documented request schemas agree with the decoding: a body or query
+built from the document is not refused as invalid, and one that breaks a
+documented type or bound is refused with the contract's Error.
+"""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, Phase, find, settings, strategies as st
+from litestar import Litestar
+
+from contentsvc.api.app import ROUTES
+
+# Part 1's endpoint table, plus getHealth and putUploadContent (decisions.md).
+CONTRACT_OPERATIONS = {
+    "ingestRecord", "listRecords", "ingestBatch", "withdrawRecord", "getRecord", "getVersion", "getReceipt",
+    "createUpload", "putUploadContent", "confirmUpload", "getUpload", "getBlob",
+    "getOperation", "cancelOperation", "rerunOperation", "resumeOperation",
+    "createCorpus", "listCorpora", "getCorpus", "configureRetrieval", "listVectorSpaces", "rebuildCorpusProjection",
+    "pollChanges", "streamChanges", "searchRecords", "listSearchProfiles", "getHealth",
+}
+NOT_DOCUMENTED = {"OPTIONS", "HEAD"}  # answered by Litestar itself
+
+
+@pytest.fixture(scope="module")
+def doc(server) -> dict:
+    r = httpx.get(f"{server.base_url}/schema/openapi.json")
+    assert r.status_code == 200
+    return r.json()
+
+
+def _operations(doc: dict) -> list[tuple[str, str, dict]]:
+    return [(method.upper(), path, op) for path, ops in doc["paths"].items() for method, op in ops.items()]
+
+
+def _keyed(doc: dict) -> list[tuple[str, str, dict]]:
+    """Operations behind the API key: the presigned PUT is authorized by its signature instead."""
+    return [(m, p, op) for m, p, op in _operations(doc) if op.get("security")]
+
+
+def test_every_served_route_is_documented_with_its_operation_id(doc):
+    app = Litestar(route_handlers=ROUTES, openapi_config=None)
+    served = set()
+    for route in app.routes:
+        path = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
+        for handler in route.route_handlers:
+            if not handler.include_in_schema:
+                continue
+            for method in handler.http_methods - NOT_DOCUMENTED:
+                assert doc["paths"][path][method.lower()]["operationId"] == handler.operation_id, (method, path)
+                served.add((method, path))
+    documented = [(m, p) for m, p, _ in _operations(doc)]
+    assert sorted(documented) == sorted(served)  # and nothing documented that is not served
+    ids = [op["operationId"] for _, _, op in _operations(doc)]
+    assert sorted(ids) == sorted(CONTRACT_OPERATIONS)  # each contract operation exactly once
+
+
+def test_every_operation_states_its_key_and_errors(doc):
+    for method, path, op in _operations(doc):
+        assert op["responses"]["default"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/Error"}
+        assert ("security" in op) == (op["operationId"] not in {"getHealth", "putUploadContent"}), op["operationId"]
+    stream = doc["paths"]["/v0/changes/stream"]["get"]["responses"]["200"]["content"]
+    assert list(stream) == ["text/event-stream"]
+    optional = {op["operationId"] for _, _, op in _operations(doc)
+                if op.get("requestBody", {}).get("required") is False}
+    assert optional == {"cancelOperation", "resumeOperation", "confirmUpload"}
+
+
+def _resolve(schema: dict, doc: dict) -> dict:
+    while "$ref" in schema:
+        schema = doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    return schema
+
+
+def _matching(pattern: str) -> str:
+    # The first string generated (no shrinking: it is slow on these patterns), the same every run.
+    return find(st.from_regex(pattern, fullmatch=True), lambda _: True,
+                settings=settings(database=None, derandomize=True, phases=[Phase.generate],
+                                  suppress_health_check=list(HealthCheck)))
+
+
+def minimal(schema: dict, doc: dict):
+    """The smallest instance the schema allows: required members only, first alternatives, lower bounds."""
+    schema = _resolve(schema, doc)
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    for combinator in ("anyOf", "oneOf"):
+        if combinator in schema:
+            first = next(s for s in schema[combinator] if s.get("type") != "null")
+            return minimal(first, doc)
+    kind = schema.get("type", "object")
+    if kind == "object":
+        return {name: minimal(schema["properties"][name], doc) for name in schema.get("required", [])}
+    if kind == "array":
+        return [minimal(schema.get("items", {}), doc) for _ in range(schema.get("minItems", 0))]
+    if kind == "string":
+        if "pattern" in schema:
+            return _matching(schema["pattern"])
+        return "x" * max(1, schema.get("minLength", 1))
+    if kind in ("integer", "number"):
+        return schema.get("minimum", 0)
+    if kind == "boolean":
+        return False
+    raise AssertionError(f"no minimal instance for {schema}")
+
+
+def beyond(schema: dict, doc: dict):
+    """Values the member's schema forbids: a wrong type, and each documented bound passed by one."""
+    schema = _resolve(schema, doc)
+    kind = schema.get("type")
+    yield 12345 if kind == "string" else "not of the documented type"
+    if kind == "integer":
+        if "minimum" in schema:
+            yield schema["minimum"] - 1
+        if "maximum" in schema:
+            yield schema["maximum"] + 1
+    if kind == "string" and schema.get("minLength", 0) > 0:
+        yield ""
+    if kind == "array":
+        item = minimal(schema.get("items", {}), doc)
+        distinct = [f"{item}{i}" for i in range(schema.get("maxItems", 0) + 1)] if isinstance(item, str) else None
+        if schema.get("minItems", 0) > 0:
+            yield []
+        if "maxItems" in schema:
+            yield distinct or [item] * (schema["maxItems"] + 1)
+        if schema.get("uniqueItems"):
+            yield [item, item]
+
+
+def _fill(path: str) -> str:
+    return re.sub(r"\{\w+\}", "absent-id", path)
+
+
+def _json_bodies(doc: dict):
+    for method, path, op in _keyed(doc):
+        content = op.get("requestBody", {}).get("content", {})
+        if "application/json" in content:
+            yield method, path, op, content["application/json"]["schema"]
+
+
+def test_a_body_valid_by_the_document_is_not_refused_as_invalid(doc, api):
+    checked = []
+    for method, path, op, schema in _json_bodies(doc):
+        body = minimal(schema, doc)
+        jsonschema.validate(body, {**_resolve(schema, doc), "components": doc["components"]})
+        r = api.request(method, _fill(path), json=body)
+        assert r.status_code != 400 and r.json().get("code") != "invalid_schema", (op["operationId"], body, r.text)
+        if not op["requestBody"]["required"]:
+            r = api.request(method, _fill(path), content=b"")
+            assert r.status_code not in (400, 422), (op["operationId"], r.text)
+        checked.append(op["operationId"])
+    assert sorted(checked) == sorted([
+        "ingestRecord", "withdrawRecord", "ingestBatch", "searchRecords", "createCorpus", "createUpload",
+        "confirmUpload", "cancelOperation", "rerunOperation", "resumeOperation", "configureRetrieval",
+        "rebuildCorpusProjection"])
+
+
+def test_a_body_breaking_the_document_is_refused_with_a_pointer(doc, api):
+    for method, path, op, schema in _json_bodies(doc):
+        component = _resolve(schema, doc)
+        valid = minimal(schema, doc)
+        for name in component.get("required", []):
+            for value in beyond(component["properties"][name], doc):
+                r = api.request(method, _fill(path), json={**valid, name: value})
+                # 413 where the bound is a size limit (size_bytes, the batch's entries), else 422.
+                assert r.status_code in (413, 422), (op["operationId"], name, value, r.text)
+                assert r.json()["field"] == f"/{name}", (op["operationId"], name, r.text)
+                assert r.json()["code"] in ("invalid_schema", "request_too_large", "batch_too_large"), r.text
+        r = api.request(method, _fill(path), json={**valid, "undocumented_member": 1})
+        assert r.status_code == 422 and r.json()["field"] == "/undocumented_member", (op["operationId"], r.text)
+
+
+def test_query_parameters_are_held_to_their_documented_bounds(doc, api):
+    checked = []
+    for method, path, op in _keyed(doc):
+        query = [p for p in op["parameters"] if p["in"] == "query"]
+        base = {p["name"]: minimal(p["schema"], doc) for p in query if p["required"]}
+        for param in query:
+            name, schema = param["name"], param["schema"]
+            if param["required"]:
+                r = api.request(method, _fill(path), params={k: v for k, v in base.items() if k != name})
+                assert r.status_code == 422 and r.json()["field"] == f"/{name}", (op["operationId"], r.text)
+            if schema["type"] != "integer":
+                continue
+            for edge in (schema["minimum"], schema["maximum"]):  # documented: accepted
+                r = api.request(method, _fill(path), params={**base, name: edge})
+                assert r.json().get("code") != "invalid_input", (op["operationId"], name, edge, r.text)
+            for beyond in (schema["minimum"] - 1, schema["maximum"] + 1, "ten"):  # not documented: refused
+                r = api.request(method, _fill(path), params={**base, name: beyond})
+                assert r.status_code == 422, (op["operationId"], name, beyond, r.text)
+                assert r.json()["code"] == "invalid_input" and r.json()["field"] == f"/{name}"
+            checked.append((op["operationId"], name))
+    assert sorted(checked) == [("listCorpora", "limit"), ("listRecords", "limit"), ("pollChanges", "limit")]

@@ -13,21 +13,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import math
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
 import psycopg
 
-from contentsvc.bench.ingest import OwnService, latency_summary, machine_info
+from contentsvc.bench.driver import DATASETS, RESULTS_DIR, BenchError, Run, closing_lines, meets, write_results
+from contentsvc.bench.service import OwnService, api_client, create_corpus
+from contentsvc.bench.stats import latency_summary
 
-DATASET = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "scifact"
-RESULTS = Path(__file__).resolve().parent / "results"
+DATASET = DATASETS / "scifact"
+RESULT_PATH = RESULTS_DIR / "search.json"
+SERVER_LOG = RESULTS_DIR / "search-server.log"
 CORPUS = "scifact"
 MODES = ("lexical", "semantic", "hybrid")
 PUBLISHED_BM25_NDCG10 = 0.665  # BEIR, Table 2 (SOURCE.md)
@@ -214,19 +215,16 @@ async def replay_rate(database_url: str, home: str) -> dict:
             "note": "fold from position 0, index commit and cutover; process start-up excluded"}
 
 
-async def run(args) -> dict:
+async def run(args, clock: Run) -> dict:
     docs, queries, qrels = load_dataset(Path(args.dataset))
     home = tempfile.mkdtemp(prefix="contentsvc-bench-search-")
-    service = OwnService(RESULTS / "search-server.log")
-    target = service.start(home=Path(home))
+    service = OwnService(SERVER_LOG)
     report: dict = {"suite": "search", "dataset": str(args.dataset), "queries": len(queries), "docs": len(docs)}
     try:
-        async with httpx.AsyncClient(base_url=target.base_url, timeout=60,
-                                     headers={"Authorization": f"Bearer {target.api_key}"}) as client:
+        target = service.start(home=Path(home))
+        async with api_client(target, timeout=60) as client:
             for corpus in (CORPUS, "freshness"):
-                r = await client.post("/v0/corpora", json={"idempotency_key": corpus, "corpus_id": corpus,
-                                                           "name": corpus})
-                r.raise_for_status()
+                await create_corpus(client, corpus, corpus)
             print("[bench search] ingesting ...", file=sys.stderr)
             ingest_s = await ingest_all(client, docs)
             ready = wait_ready(target.database_url, len(docs), args.cap)
@@ -268,10 +266,11 @@ async def run(args) -> dict:
         "replay_parts_per_s": [report["replay"]["parts_per_s"], ">=", 5000],
     }
     for name, (value, op, goal) in report["targets"].items():
-        ok = value is not None and (value >= goal if op == ">=" else value <= goal)
+        ok = value is not None and meets(value, op, goal)
         report["targets"][name] = {"measured": value, "op": op, "target": goal, "result": "pass" if ok else "miss"}
-    report["machine"] = machine_info()
-    report["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    clock.finish()
+    report["machine"] = clock.machine
+    report["timestamp"] = clock.timestamp
     return report
 
 
@@ -292,20 +291,21 @@ def summary(report: dict) -> str:
     lines.append(f"replay    {report['replay']}")
     for name, t in report["targets"].items():
         lines.append(f"target {name:38s} {t['op']} {t['target']:<8} measured {t['measured']}  {t['result'].upper()}")
-    return "\n".join(lines)
+    return "\n".join(lines + closing_lines(report, RESULT_PATH))
 
 
 def main(argv: list[str]) -> int:
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     parser = argparse.ArgumentParser(prog="contentsvc bench search")
     parser.add_argument("--dataset", default=str(DATASET))
     parser.add_argument("--cap", type=float, default=1800, help="seconds to wait for embeddings at most")
     parser.add_argument("--fresh-seconds", type=float, default=15)
     parser.add_argument("--fresh-rate", type=float, default=200)
     args = parser.parse_args(argv)
-    report = asyncio.run(run(args))
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "search.json").write_text(json.dumps(report, indent=2))
+    try:
+        report = asyncio.run(run(args, Run()))
+    except BenchError as exc:
+        print(f"bench search failed: {exc}", file=sys.stderr)
+        return 1
+    write_results(RESULT_PATH, report)
     print(summary(report))
-    print(f"written {RESULTS / 'search.json'}")
     return 0

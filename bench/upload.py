@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
-import logging
 import os
 import shutil
 import statistics
@@ -40,13 +38,14 @@ import tempfile
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
 
-from contentsvc.bench.ingest import RESULTS_DIR, BenchError, OwnService, closing_lines, fmt, machine_info, scan_server_log
+from contentsvc.bench.driver import (RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, machine_line,
+                                     write_results)
+from contentsvc.bench.service import OwnService, scan_server_log
 
 RESULT_PATH = RESULTS_DIR / "upload.json"
 SERVER_LOG = RESULTS_DIR / "upload-server.log"
@@ -246,22 +245,14 @@ def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> d
     }
 
 
-def judge(results: dict[str, Any]) -> dict[str, Any]:
-    measured = {"put_to_copy_ratio": results["put_to_copy_ratio"],
-                "api_rss_growth_mib": results["put"]["peak_rss_growth_mib"]}
-    out = {}
-    for name, t in TARGETS.items():
-        v = measured[name]
-        ok = v >= t["value"] if t["op"] == ">=" else v < t["value"]
-        out[name] = {**t, "measured": v, "result": "pass" if ok else "miss"}
-    return out
+def judge_targets(results: dict[str, Any]) -> dict[str, Any]:
+    return judge(TARGETS, {"put_to_copy_ratio": results["put_to_copy_ratio"],
+                           "api_rss_growth_mib": results["put"]["peak_rss_growth_mib"]})
 
 
 def summary_text(report: dict[str, Any]) -> str:
     res = report["results"]
-    lines = ["", f"contentsvc bench upload  {report['timestamp']}  ({report['machine']['nproc']} cpu, python "
-             f"{report['machine']['python']}, loadavg {report['machine']['loadavg_start']} -> "
-             f"{report['machine']['loadavg_end']})", "-" * 96]
+    lines = ["", f"contentsvc bench upload  {report['timestamp']}  {machine_line(report['machine'])}", "-" * 96]
     lines.append(f"file                {res['file_bytes'] // MiB} MiB random bytes, on {report['parameters']['disk']}")
     lines.append(f"plain copy + fsync  best {fmt(res['copy']['best_mb_per_s'])} MB/s   median "
                  f"{fmt(res['copy']['median_mb_per_s'])} MB/s   ({len(res['copy']['runs_s'])} runs)")
@@ -289,18 +280,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(list(argv))
-    for name in ("httpx", "httpcore"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="contentsvc-bench-upload-", dir=args.workdir))
-    machine = machine_info()
-    machine["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
-    started = datetime.now(timezone.utc)
-    t0 = time.perf_counter()
+    run = Run()
     size = args.size_mib * MiB
     own = OwnService(SERVER_LOG)
     try:
-        print(f"[bench upload] starting contentsvc (log: {SERVER_LOG}) ...", file=sys.stderr, flush=True)
         target = own.start(home=workdir / "home")  # the blob store, on the same disk as the copy
         results = run_bench(own, target, workdir, size, args.runs)
     except BenchError as exc:
@@ -309,20 +293,18 @@ def main(argv: list[str]) -> int:
     finally:
         own.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    run.finish()
     report = {
-        "suite": "upload",
-        "timestamp": started.isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "duration_s": round(time.perf_counter() - t0, 1),
+        **run.head("upload"),
         "parameters": {"size_mib": args.size_mib, "runs": args.runs, "client_chunk_bytes": CHUNK,
                        "rss_sample_ms": int(SAMPLE_S * 1000), "disk": str(workdir.parent),
                        "http": "httpx.Client, HTTP/1.1, Content-Length body from a generator, client on the same "
                                "machine", "service": "contentsvc run (api + projectors), started by the bench"},
-        "machine": machine,
-        "targets": judge(results),
+        "machine": run.machine,
+        "targets": judge_targets(results),
         "results": results,
         "server_log": scan_server_log(SERVER_LOG),
     }
-    RESULT_PATH.write_text(json.dumps(report, indent=2) + "\n")
+    write_results(RESULT_PATH, report)
     print(summary_text(report))
     return 0

@@ -1,0 +1,127 @@
+"""What every suite does around its measurements: the run's machine and clock, targets
+judged the same way, the results file, and the closing lines of the summary."""
+
+from __future__ import annotations
+
+import json
+import logging
+import operator
+import os
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# The shared data sets sit beside the checkout (../shared/datasets).
+DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+
+COMPARE = {">=": operator.ge, "<=": operator.le, "<": operator.lt}
+
+
+class BenchError(RuntimeError):
+    """A run that cannot go on; the suite prints it and exits 1."""
+
+
+def quiet_http_logs() -> None:
+    # The CLI logs at info; one line per request would drown the summary.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def machine_info() -> dict[str, Any]:
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = None
+    return {
+        "nproc": affinity or os.cpu_count(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "httpx": httpx.__version__,
+        "psycopg": psycopg.__version__,
+        "loadavg_start": None,
+        "loadavg_end": None,
+    }
+
+
+class Run:
+    """One run of a suite: when it started, how long it took, and the machine it ran on
+    with its load before and after (a noisy machine explains a slow figure)."""
+
+    def __init__(self) -> None:
+        quiet_http_logs()
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)  # the service's log goes there from the start
+        self.started = datetime.now(timezone.utc)
+        self._t0 = time.perf_counter()
+        self.machine = machine_info()
+        self.machine["loadavg_start"] = loadavg()
+
+    @property
+    def timestamp(self) -> str:
+        return self.started.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+    def finish(self) -> None:
+        self.machine["loadavg_end"] = loadavg()
+
+    def duration_s(self) -> float:
+        return round(time.perf_counter() - self._t0, 1)
+
+    def head(self, suite: str) -> dict[str, Any]:
+        """The first keys of a results file."""
+        return {"suite": suite, "timestamp": self.timestamp, "duration_s": self.duration_s()}
+
+
+def meets(value: float, op: str, goal: float) -> bool:
+    return COMPARE[op](value, goal)
+
+
+def judge(targets: dict[str, dict[str, Any]], measured: dict[str, Any]) -> dict[str, Any]:
+    """Each target ({"op", "value", "unit"}) with its measured figure and "pass", "miss", or
+    "n/a" when the run produced no figure."""
+    out = {}
+    for name, t in targets.items():
+        v = measured[name]
+        verdict = "n/a" if v is None else "pass" if meets(v, t["op"], t["value"]) else "miss"
+        out[name] = {**t, "measured": v, "result": verdict}
+    return out
+
+
+def write_results(path: Path, report: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def fmt(v: Any, unit: str = "") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        v = f"{v:,.1f}"
+    elif isinstance(v, int):
+        v = f"{v:,}"
+    return f"{v}{unit}"
+
+
+def machine_line(machine: dict[str, Any]) -> str:
+    return (f"({machine['nproc']} cpu, python {machine['python']}, loadavg {machine['loadavg_start']} -> "
+            f"{machine['loadavg_end']})")
+
+
+def closing_lines(report: dict[str, Any], result_path: Path) -> list[str]:
+    """The server log's health and where the figures went (the last lines of every summary)."""
+    lines = []
+    log = report.get("server_log")
+    if log:
+        lines.append(f"server log {log['path']}: {log['lines']} lines, levels {log.get('by_level', {})}, "
+                     f"tracebacks {log.get('tracebacks', 0)}")
+    return lines + [f"written {result_path}"]

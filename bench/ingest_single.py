@@ -1,0 +1,47 @@
+"""Scenario 1, single ingest: POST /v0/records with SINGLE_CONCURRENCY workers in a closed
+loop, then how long the projectors take to resolve the last Receipts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from contentsvc.bench.ingest_requests import (DRAIN_CAP_S, PHASE_CAP_S, Texts, closed_loop, decode, encode,
+                                              ingest_command, wait_resolved, warm_up)
+from contentsvc.bench.service import Target, api_client
+from contentsvc.bench.stats import latency_summary
+
+SINGLE_CONCURRENCY = 16
+
+
+async def bench_single(target: Target, texts: Texts, corpus_id: str, run_id: str, n: int) -> dict[str, Any]:
+    async with api_client(target, SINGLE_CONCURRENCY) as client:
+        await warm_up(client, "/v0/records", [encode(ingest_command(corpus_id, f"{run_id}-w{i}", texts.take()))
+                                              for i in range(SINGLE_CONCURRENCY * 2)])
+
+        bodies = [encode(ingest_command(corpus_id, f"{run_id}-s{i}", texts.take())) for i in range(n)]
+        latencies: list[float] = []
+        receipts: list[str] = []
+
+        def accepted(elapsed: float, r: httpx.Response) -> None:
+            latencies.append(elapsed)
+            receipts.append(decode(r.content)["receipt_id"])
+
+        loop = await closed_loop(client, "/v0/records", bodies, SINGLE_CONCURRENCY, 202, accepted)
+        drain = await wait_resolved(client, receipts[-SINGLE_CONCURRENCY * 2:], DRAIN_CAP_S, target.database_url)
+
+    return {
+        "requests_planned": n,
+        "requests_sent": loop.sent,
+        "capped_at_s": PHASE_CAP_S if loop.sent < n else None,
+        "concurrency": SINGLE_CONCURRENCY,
+        "accepted_202": len(latencies),
+        "errors": loop.errors.report(),
+        "status_counts": loop.status_counts(),
+        "seconds": round(loop.wall, 3),
+        "throughput_req_per_s": round(len(latencies) / loop.wall, 1) if loop.wall else None,
+        "latency": latency_summary(latencies),
+        "client_cpu_s": round(loop.cpu, 2),
+        "drain_after_phase": drain,
+    }

@@ -1,0 +1,146 @@
+"""The service under test: one the bench starts on a fresh database (as the tests start
+one), or one already running; a client for it; and what its log said during the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import psycopg
+
+from contentsvc.bench.driver import BenchError
+from contentsvc.processes.local_service import LocalService, create_database, drop_database
+
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+@dataclass
+class Target:
+    base_url: str
+    api_key: str
+    database_url: str | None
+    own: bool
+
+
+class OwnService:
+    """A fresh database (on CONTENTSVC_DATABASE_URL's server, else CONTENTSVC_TEST_DATABASE_URL's,
+    else an embedded PostgreSQL) and `contentsvc run` on it, as the tests start one."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self.admin_url: str | None = None
+        self.database_url: str | None = None
+        self.service: LocalService | None = None
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._home = tempfile.TemporaryDirectory(prefix="contentsvc-bench-home-")
+
+    @property
+    def process(self):
+        return self.service.process
+
+    def _admin(self) -> str:
+        url = os.environ.get("CONTENTSVC_DATABASE_URL") or os.environ.get("CONTENTSVC_TEST_DATABASE_URL")
+        if url:
+            return url
+        from contentsvc.storage.database import start_embedded
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="contentsvc-bench-pg-")
+        return start_embedded(Path(self._tmp.name))
+
+    def start(self, home: Path | None = None) -> Target:
+        print(f"[bench] starting contentsvc (log: {self.log_path}) ...", file=sys.stderr, flush=True)
+        self.admin_url = self._admin()
+        self.database_url = create_database(self.admin_url, "csbench")
+        try:
+            self.service = LocalService(self.database_url, self.log_path, home or Path(self._home.name))
+        except RuntimeError as exc:
+            raise BenchError(str(exc)) from None
+
+        from contentsvc.auth import keys
+
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            created = keys.create_key(conn, f"bench-{uuid.uuid4().hex[:8]}", keys.parse_actions("*"), None, "bench")
+        return Target(self.service.base_url, created.secret, self.database_url, own=True)
+
+    def stop(self) -> None:
+        if self.service is not None:
+            self.service.stop()
+        if self.database_url and self.admin_url:
+            try:
+                drop_database(self.admin_url, self.database_url)
+            except psycopg.Error as exc:
+                print(f"warning: could not drop database {self.database_url}: {exc}", file=sys.stderr)
+            self.database_url = None
+        if self._tmp is not None:
+            from contentsvc.storage import database
+
+            for server in database._embedded_handles:  # stop the embedded server before removing its files
+                try:
+                    server.cleanup()
+                except Exception:
+                    pass
+            self._tmp.cleanup()
+            self._tmp = None
+        self._home.cleanup()
+
+
+def api_client(target: Target, connections: int = 100, timeout: float = 30.0) -> httpx.AsyncClient:
+    """Keep-alive HTTP/1.1 with the run's key, at most `connections` at once."""
+    return httpx.AsyncClient(
+        base_url=target.base_url,
+        headers={"Authorization": f"Bearer {target.api_key}"},
+        timeout=httpx.Timeout(timeout),
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        http1=True, http2=False,
+    )
+
+
+async def create_corpus(client: httpx.AsyncClient, corpus_id: str, name: str | None = None) -> str:
+    r = await client.post("/v0/corpora", content=msgspec.json.encode(
+        {"idempotency_key": uuid.uuid4().hex, "corpus_id": corpus_id, "name": name or f"bench {corpus_id}"}),
+        headers=JSON_HEADERS)
+    if r.status_code not in (200, 201):
+        raise BenchError(f"createCorpus {corpus_id}: {r.status_code} {r.text[:500]}")
+    return r.json()["corpus_id"]
+
+
+def scan_server_log(path: Path) -> dict[str, Any]:
+    """Warnings, errors and tracebacks the service wrote during the run."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return {"path": str(path), "lines": 0}
+    levels: Counter[str] = Counter()
+    events: Counter[str] = Counter()
+    excerpt = []
+    tracebacks = 0
+    for line in lines:
+        level = None
+        if line.startswith("{"):
+            try:
+                rec = json.loads(line)
+                level = rec.get("level")
+                if level in ("warning", "error", "critical", "exception"):
+                    events[f"{level}:{rec.get('event')}"] += 1
+            except ValueError:
+                pass
+        elif "Traceback" in line:
+            tracebacks += 1
+            level = "traceback"
+        elif any(w in line for w in ("ERROR", "Error", "Exception")):
+            level = "error_text"
+        if level:
+            levels[level] += 1
+            if level not in ("info", "debug") and len(excerpt) < 30:
+                excerpt.append(line[:400])
+    return {"path": str(path), "lines": len(lines), "by_level": dict(levels), "tracebacks": tracebacks,
+            "warning_and_error_events": dict(events), "excerpt": excerpt}

@@ -1,0 +1,52 @@
+"""Latency figures and error tallies, the same in every suite."""
+
+from __future__ import annotations
+
+import resource
+from collections import Counter
+from typing import Any
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+def latency_summary(values_ms: list[float]) -> dict[str, Any]:
+    r = lambda v: None if v is None else round(v, 2)  # noqa: E731
+    return {
+        "count": len(values_ms),
+        "p50_ms": r(percentile(values_ms, 50)),
+        "p95_ms": r(percentile(values_ms, 95)),
+        "p99_ms": r(percentile(values_ms, 99)),
+        "max_ms": r(max(values_ms) if values_ms else None),
+        "mean_ms": r(sum(values_ms) / len(values_ms) if values_ms else None),
+    }
+
+
+class Errors:
+    """Non-success answers by kind, with a few samples."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.samples: list[str] = []
+
+    def add(self, kind: str, detail: str = "") -> None:
+        self.counts[kind] += 1
+        if len(self.samples) < 5:
+            self.samples.append(f"{kind}: {detail[:300]}")
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def report(self) -> dict[str, Any]:
+        return {"total": self.total(), "by_kind": dict(self.counts), "samples": self.samples}
+
+
+def cpu_seconds() -> float:
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime

@@ -53,6 +53,7 @@ import httpx
 import msgspec
 import psycopg
 
+from contentsvc.config import current_settings
 from contentsvc.processes.local_service import LocalService, create_database, drop_database
 from contentsvc.search.vector_index import engine_vectors_enabled
 
@@ -190,7 +191,8 @@ class OwnService:
         return self.service.process
 
     def _admin(self) -> str:
-        url = os.environ.get("CONTENTSVC_DATABASE_URL") or os.environ.get("CONTENTSVC_TEST_DATABASE_URL")
+        settings = current_settings()
+        url = settings.database_url or settings.bench.admin_database_url
         if url:
             return url
         from contentsvc.storage.database import start_embedded
@@ -1072,8 +1074,9 @@ def closing_lines(report: dict[str, Any], result_path: Path) -> list[str]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="contentsvc bench ingest", description=__doc__.split("\n\n")[0])
-    p.add_argument("--url", default=os.environ.get("CONTENTSVC_URL"), help="a running service (else one is started)")
-    p.add_argument("--api-key", default=os.environ.get("CONTENTSVC_API_KEY"),
+    client = current_settings().client
+    p.add_argument("--url", default=client.url, help="a running service (else one is started)")
+    p.add_argument("--api-key", default=client.api_key,
                    help="an all-actions key of that service")
     p.add_argument("--database-url", help="the service's database, for the raw journal figures")
     p.add_argument("--seconds", type=float, default=5.0,

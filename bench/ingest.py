@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
 import uuid
@@ -45,15 +44,28 @@ from pathlib import Path
 from typing import Any, Awaitable
 
 import psycopg
-
-from contentsvc.bench.driver import DATASETS, RESULTS_DIR, BenchError, Run, write_results
+from contentsvc.bench.driver import (
+    DATASETS,
+    RESULTS_DIR,
+    BenchError,
+    Run,
+    write_results,
+)
 from contentsvc.bench.ingest_batch import BATCH_CONCURRENCY, BATCH_SIZE, bench_batch
 from contentsvc.bench.ingest_report import judge_targets, problems, summary_text
 from contentsvc.bench.ingest_requests import TEXT_BYTES, Texts, explain_pending
 from contentsvc.bench.ingest_resolve import bench_resolve
 from contentsvc.bench.ingest_single import SINGLE_CONCURRENCY, bench_single
 from contentsvc.bench.journal_raw import RAW_BATCH, RAW_CONCURRENCY, bench_raw
-from contentsvc.bench.service import OwnService, Target, api_client, create_corpus, scan_server_log
+from contentsvc.bench.service import (
+    OwnService,
+    Target,
+    api_client,
+    create_corpus,
+    scan_server_log,
+)
+
+from contentsvc.config import current_settings
 from contentsvc.search.vector_index import engine_vectors_enabled
 
 RESULT_PATH = RESULTS_DIR / "ingest.json"
@@ -124,8 +136,9 @@ async def run_bench(target: Target, texts: Texts, args) -> dict[str, Any]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="contentsvc bench ingest", description=__doc__.split("\n\n")[0])
-    p.add_argument("--url", default=os.environ.get("CONTENTSVC_URL"), help="a running service (else one is started)")
-    p.add_argument("--api-key", default=os.environ.get("CONTENTSVC_API_KEY"),
+    client = current_settings().client
+    p.add_argument("--url", default=client.url, help="a running service (else one is started)")
+    p.add_argument("--api-key", default=client.api_key,
                    help="an all-actions key of that service")
     p.add_argument("--database-url", help="the service's database, for the raw journal figures")
     p.add_argument("--seconds", type=float, default=5.0,

@@ -4,7 +4,6 @@ one), or one already running; a client for it; and what its log said during the 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 import uuid
@@ -16,9 +15,14 @@ from typing import Any
 import httpx
 import msgspec
 import psycopg
-
 from contentsvc.bench.driver import BenchError
-from contentsvc.processes.local_service import LocalService, create_database, drop_database
+
+from contentsvc.config import current_settings
+from contentsvc.processes.local_service import (
+    LocalService,
+    create_database,
+    drop_database,
+)
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -48,7 +52,8 @@ class OwnService:
         return self.service.process
 
     def _admin(self) -> str:
-        url = os.environ.get("CONTENTSVC_DATABASE_URL") or os.environ.get("CONTENTSVC_TEST_DATABASE_URL")
+        settings = current_settings()
+        url = settings.database_url or settings.bench.admin_database_url
         if url:
             return url
         from contentsvc.storage.database import start_embedded

@@ -201,7 +201,7 @@ class LexicalProjector:
             if rows:
                 p.backfill_cursor = rows[-1][0]
                 writer.commit(self.position)
-            finished = len(rows) < projections.BACKFILL_CHUNK
+            finished = len(rows) < projections.backfill_chunk()
             async with journal_transaction(conn):
                 if not await generations.hold_if_serving(conn, generation):
                     self.generation = None

@@ -32,7 +32,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from contentsvc.storage.blobstore import BlobStore, FilesystemBlobStore, read_chunks
-from contentsvc.config import MAX_TEXT_BLOB_BYTES, Settings
+from contentsvc.config import MAX_TEXT_BLOB_BYTES, current_settings
 from contentsvc.domain.normalize import TextPathError, blob_text, build_manifest, manifest_digest, text_route_refusal
 from contentsvc.domain.ids import new_id
 from contentsvc.journal import events as ev
@@ -72,7 +72,7 @@ class MaterializerProjector:
     @property
     def blob_store(self) -> BlobStore:
         if self._blob_store is None:  # CONTENTSVC_HOME/blobs, as the API writes them
-            self._blob_store = FilesystemBlobStore(Settings.from_env().blob_root)
+            self._blob_store = FilesystemBlobStore(current_settings().blob_root)
         return self._blob_store
 
     async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:

@@ -15,22 +15,23 @@ the old one's documents are purged only after a grace period.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
+from contentsvc.config import current_settings
 from contentsvc.domain import operations as ops
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
 from contentsvc.search.vector_index import SPACE, engine_vectors_enabled
 
-# A search that read the old routing finishes well within this.
-RETIRED_GRACE_SECONDS = float(os.environ.get("CONTENTSVC_RETIRED_GRACE_SECONDS", "30"))
-# Records per backfill step: progress is reported after each, and the live fold runs between two.
-BACKFILL_CHUNK = int(os.environ.get("CONTENTSVC_BACKFILL_CHUNK", "500"))
+
+def backfill_chunk() -> int:
+    """Records per backfill step: progress is reported after each, and the live fold runs between two."""
+    return current_settings().search.backfill_chunk
+
 
 _COLUMNS = ("projection_generation_id, org_id, corpus_id, retrieval, vector_spaces, state, operation_id,"
             " operation_kind, accepted_position, config_position, backfill_index, backfill_cursor,"
@@ -196,7 +197,7 @@ async def latest_record_events(conn: AsyncConnection, p: Projection, through: in
         " WHERE org_id = %s AND corpus_id = %s AND subject_id > %s AND position <= %s"
         " AND kind IN ('record.accepted', 'record.withdrawn')"
         " ORDER BY subject_id, position DESC LIMIT %s",
-        (p.org_id, p.corpus_id, p.backfill_cursor, through, BACKFILL_CHUNK))
+        (p.org_id, p.corpus_id, p.backfill_cursor, through, backfill_chunk()))
     return await cur.fetchall()
 
 
@@ -241,7 +242,7 @@ async def purgeable(conn: AsyncConnection) -> list[str]:
         "SELECT projection_generation_id FROM corpus_projections p WHERE NOT purged AND"
         " (state IN ('failed', 'canceled') OR (state = 'retired' AND ended_at < now() - make_interval(secs => %s)"
         "  AND NOT EXISTS (SELECT 1 FROM corpora c WHERE c.projection_generation_id = p.projection_generation_id)))",
-        (RETIRED_GRACE_SECONDS,))
+        (current_settings().search.retired_grace_seconds,))  # a search on the old routing ends well within it
     return [r[0] for r in await cur.fetchall()]
 
 

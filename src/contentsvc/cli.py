@@ -7,8 +7,11 @@ import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 
-from contentsvc.config import Settings
+from contentsvc.config import ConfigError, Configuration, Settings, install_settings, load_configuration
+from contentsvc.config.environment import CONFIG_VARIABLE
+from contentsvc.config.loader import DEFAULT_FILE
 from contentsvc.logging import configure, get_logger
 
 log = get_logger("contentsvc.cli")
@@ -50,11 +53,11 @@ def cmd_serve(args, settings: Settings) -> int:
     return 0
 
 
-def cmd_run(args, settings: Settings) -> int:
+def cmd_run(args, settings: Settings, config_file: Path | None) -> int:
     from contentsvc.processes.supervisor import run_all
 
     url = _database_url(settings)
-    return run_all(url, args.host or settings.host, args.port or settings.port)
+    return run_all(url, args.host or settings.host, args.port or settings.port, config_file)
 
 
 def cmd_projector(args, settings: Settings) -> int:
@@ -132,34 +135,46 @@ def cmd_bench(args, settings: Settings) -> int:
 def cmd_mcp(args, settings: Settings) -> int:
     from contentsvc.mcp.server import main as serve_mcp
 
-    return serve_mcp(args.profile)
+    return serve_mcp(args.profile, settings.client)
+
+
+def cmd_config(args, configuration: Configuration) -> int:
+    from contentsvc.config.render import render
+
+    print(render(configuration), end="")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contentsvc", description="A content service on an append-only journal.")
     sub = parser.add_subparsers(dest="command", required=True)
+    # decisions-part2, "Startup configuration": --config on every command that reads the configuration.
+    configured = argparse.ArgumentParser(add_help=False)
+    configured.add_argument("--config", metavar="PATH",
+                            help=f"the startup configuration file (else ${CONFIG_VARIABLE}, else ./{DEFAULT_FILE})")
 
-    p = sub.add_parser("run", help="API plus every projector, supervised (embedded PostgreSQL when no URL is set)")
+    p = sub.add_parser("run", parents=[configured],
+                       help="API plus every projector, supervised (embedded PostgreSQL when no URL is set)")
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("serve", help="the API only")
+    p = sub.add_parser("serve", parents=[configured], help="the API only")
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.add_argument("--no-migrate", action="store_true", help="skip applying migrations on start")
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("migrate", help="apply the SQL migrations of schema/")
+    p = sub.add_parser("migrate", parents=[configured], help="apply the SQL migrations of schema/")
     p.set_defaults(func=cmd_migrate)
 
     p = sub.add_parser("projector", help="run, list, inspect or replay projectors")
     psub = p.add_subparsers(dest="action", required=True)
-    r = psub.add_parser("run", help="run one projector until stopped")
+    r = psub.add_parser("run", parents=[configured], help="run one projector until stopped")
     r.add_argument("name")
-    psub.add_parser("list", help="the projectors there are")
-    psub.add_parser("status", help="each projector's position and lag")
-    r = psub.add_parser("replay", help="rebuild a projector's output from position 0")
+    psub.add_parser("list", parents=[configured], help="the projectors there are")
+    psub.add_parser("status", parents=[configured], help="each projector's position and lag")
+    r = psub.add_parser("replay", parents=[configured], help="rebuild a projector's output from position 0")
     r.add_argument("name")
     r.add_argument("--corpus", help="rebuild only this Corpus's projection generation (an Operation, with progress)")
     r.add_argument("--org", help="the Corpus's Organization, when its id exists in several")
@@ -167,33 +182,54 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("keys", help="operator: API keys")
     ksub = p.add_subparsers(dest="action", required=True)
-    c = ksub.add_parser("create", help="create a key and print its secret once")
+    c = ksub.add_parser("create", parents=[configured], help="create a key and print its secret once")
     c.add_argument("--org", required=True)
     c.add_argument("--actions", required=True, help="comma-separated actions, or '*'")
     c.add_argument("--corpora", required=True, help="comma-separated corpus ids, or '*'")
     c.add_argument("--name")
     c.add_argument("--operator", action="store_true", help="allow operator actions (plugins:admin)")
     c.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    ksub.add_parser("list", help="list keys (never their secrets)")
-    c = ksub.add_parser("revoke", help="revoke a key; takes effect on the next request")
+    ksub.add_parser("list", parents=[configured], help="list keys (never their secrets)")
+    c = ksub.add_parser("revoke", parents=[configured], help="revoke a key; takes effect on the next request")
     c.add_argument("key_id")
     p.set_defaults(func=cmd_keys)
 
-    p = sub.add_parser("mcp", help="the agent tool server over stdio")
+    p = sub.add_parser("mcp", parents=[configured], help="the agent tool server over stdio")
     p.add_argument("--profile", choices=["read", "ingest"], default="read")
     p.set_defaults(func=cmd_mcp)
 
-    p = sub.add_parser("bench", help="run a benchmark suite and write bench/results/SUITE.json")
+    p = sub.add_parser("bench", parents=[configured],
+                       help="run a benchmark suite and write bench/results/SUITE.json")
     p.add_argument("suite", choices=["ingest", "search", "upload"])
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("config", help="the startup configuration")
+    csub = p.add_subparsers(dest="action", required=True)
+    csub.add_parser("check", parents=[configured],
+                    help="validate it and print the effective configuration (secrets as \"***\")")
+    p.set_defaults(func=cmd_config)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure(os.environ.get("CONTENTSVC_LOG_LEVEL", "info"))
-    return args.func(args, Settings.from_env()) or 0
+    try:
+        configuration = load_configuration(getattr(args, "config", None))
+    except ConfigError as exc:
+        # decisions-part2, "Startup configuration": one line naming the key, exit 2, before listening.
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    if args.func is cmd_config:  # prints the configuration instead of running with it
+        return cmd_config(args, configuration)
+    settings, file = configuration.settings, configuration.file
+    configure(settings.log_level)
+    install_settings(settings)
+    # Every process of a deployment must read the same file: its sha256 says which one it read.
+    log.info("config_loaded", file=str(file.path) if file else None, sha256=file.sha256 if file else None)
+    if args.func is cmd_run:  # the supervisor hands the same file to its children
+        return cmd_run(args, settings, file.path if file else None)
+    return args.func(args, settings) or 0
 
 
 if __name__ == "__main__":

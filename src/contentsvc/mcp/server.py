@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import sys
 from typing import Any
 
@@ -21,6 +20,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.stdio import stdio_server
 
 from contentsvc import __version__
+from contentsvc.config.settings import ClientSettings
 from contentsvc.mcp.tools import TOOLS, InvalidArguments, input_schema, parse, tools_for
 
 
@@ -160,19 +160,21 @@ def build_server(profile: str, service: Service) -> Server:
     return Server("contentsvc", version=__version__, on_list_tools=on_list_tools, on_call_tool=on_call_tool)
 
 
-async def serve(profile: str) -> None:
-    base_url = os.environ.get("CONTENTSVC_URL", "http://127.0.0.1:8080")
-    api_key = os.environ.get("CONTENTSVC_API_KEY", "")
-    service = Service(base_url, api_key)
+DEFAULT_SERVICE_URL = "http://127.0.0.1:8080"
+
+
+async def serve(profile: str, client: ClientSettings) -> None:
+    service = Service(client.url or DEFAULT_SERVICE_URL, client.api_key or "")
     server = build_server(profile, service)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
 
-def main(profile: str) -> int:
+def main(profile: str, client: ClientSettings) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per call is noise to an agent host
-    if not os.environ.get("CONTENTSVC_API_KEY"):
-        print("CONTENTSVC_API_KEY is not set: the agent tool server needs an API key.", file=sys.stderr)
+    if not client.api_key:
+        print("CONTENTSVC_API_KEY is not set (nor [client] api_key): the agent tool server needs an API key.",
+              file=sys.stderr)
         return 2
-    anyio.run(serve, profile)
+    anyio.run(serve, profile, client)
     return 0

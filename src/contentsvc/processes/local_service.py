@@ -16,6 +16,8 @@ import httpx
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from contentsvc.config.environment import child_environment
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -49,8 +51,7 @@ class LocalService:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.home = home
-        env = {**os.environ, "CONTENTSVC_DATABASE_URL": database_url, "CONTENTSVC_HOME": str(home),
-               **(extra_env or {})}
+        env = child_environment(CONTENTSVC_DATABASE_URL=database_url, CONTENTSVC_HOME=str(home), **(extra_env or {}))
         self._log = open(log_path, "wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "contentsvc.cli", "run", "--port", str(self.port)],

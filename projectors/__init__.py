@@ -14,6 +14,6 @@ def registry() -> dict:
     from contentsvc.projectors.readmodel import ReadModelProjector
     from contentsvc.projectors.vectors import VectorProjector
 
-    home = Settings.from_env().home
-    projectors = (MaterializerProjector(), ReadModelProjector(), LexicalProjector(home), VectorProjector(home))
-    return {p.name: p for p in projectors}
+    settings = Settings.from_env()
+    projectors = (MaterializerProjector, ReadModelProjector, LexicalProjector, VectorProjector)
+    return {p.name: p.from_settings(settings) for p in projectors}

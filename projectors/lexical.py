@@ -33,15 +33,15 @@ from pathlib import Path
 
 from psycopg import AsyncConnection
 
+from contentsvc.journal import checkpoints
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
-from contentsvc.journal.store import PROGRESS_CHANNEL, append, read_after
-from contentsvc.journal.store import transaction as journal_transaction
+from contentsvc.journal.store import append
 from contentsvc.logging import get_logger
+from contentsvc.projectors import projections
+from contentsvc.projectors.base import GenerationFold, GenerationRetired
 from contentsvc.search import generations
 from contentsvc.search.lexical_index import LexicalWriter
-from contentsvc.projectors import projections
-from contentsvc.projectors.runner import checkpoint_of
 
 log = get_logger("contentsvc.projector.lexical")
 
@@ -94,65 +94,44 @@ def still_current(events: list[JournalEvent]) -> list[JournalEvent]:
     return [e for e in latest.values() if e is not None]
 
 
-class LexicalProjector:
+class LexicalProjector(GenerationFold):
     name = KIND
     PURGE_EVERY_SECONDS = 1.0
 
     def __init__(self, home: Path) -> None:
-        self.home = home
-        self.generation: generations.Generation | None = None
+        super().__init__(home)
         self.writer: LexicalWriter | None = None
         self.live = projections.Live()
-        self.position = 0  # what the index reflects
-        self.published = 0  # what availability events were published for
+        self.published = 0  # what availability events were published for (self.position: what the index holds)
         self.purged_at = 0.0
 
-    async def _open_serving(self, conn: AsyncConnection) -> None:
-        generation = await generations.serving_or_first(conn, KIND)
-        if self.generation and generation.generation_id == self.generation.generation_id:
-            return
+    async def open_generation(self, conn: AsyncConnection, generation: generations.Generation,
+                              published: int) -> int:
         if self.writer:
             self.writer.close()
-        self.generation = generation
         self.writer = LexicalWriter(generation.path(self.home))
         async with conn.transaction():
-            self.published = await checkpoint_of(conn, generation.checkpoint_name)
             self.live = await projections.load_live(conn)
-        self.position = min(self.writer.checkpoint(), self.published)
+        self.published = published
+        position = min(self.writer.checkpoint(), published)
         log.info("lexical_generation_open", generation=generation.generation_id,
-                 index_position=self.position, published=self.published)
+                 index_position=position, published=published)
+        return position
 
-    async def step(self, conn: AsyncConnection, batch_size: int) -> int:
-        await self._open_serving(conn)
-        folded = await self._fold(conn, batch_size)
-        pending = await self._backfill(conn) if self.generation else False
-        if self.generation and time.monotonic() - self.purged_at > self.PURGE_EVERY_SECONDS:
-            await self._purge(conn)
-        return batch_size if pending else folded
-
-    async def _fold(self, conn: AsyncConnection, batch_size: int) -> int:
+    async def fold(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
         generation, writer = self.generation, self.writer
         async with conn.transaction():
-            events = await read_after(conn, self.position, batch_size)
             cur = await conn.execute("SELECT announced, state FROM search_generations WHERE generation_id = %s",
                                      (generation.generation_id,))
             announced, state = await cur.fetchone()
         if state != "serving":  # a cutover happened: serve the new one next step
-            self.generation = None
-            return 0
-        if not events:
-            return 0
+            raise GenerationRetired(generation.generation_id)
         last = events[-1].position
         fresh = [e for e in events if e.kind == ev.RECORD_ACCEPTED and not e.payload.get("quarantined")
                  and e.position > max(announced, self.published)]
         if fresh:
-            async with journal_transaction(conn):
-                # The generation row first, then the journal lock (in append), as the publishing
-                # step and a replay's cutover take them: a cutover cannot deadlock with this, and
-                # a generation retired meanwhile announces nothing (its successor will, once).
-                if not await generations.hold_if_serving(conn, generation):
-                    self.generation = None
-                    return 0
+            # A generation retired meanwhile announces nothing (its successor will, once).
+            async with self.holding_generation(conn):
                 await conn.execute("UPDATE search_generations SET announced = %s WHERE generation_id = %s",
                                    (last, generation.generation_id))
                 await append(conn, [availability_event(e, "building_baseline", False) for e in fresh])
@@ -169,20 +148,17 @@ class LexicalProjector:
             apply_to_index(writer, events, self.live)
             writer.commit(last)
 
-        async with journal_transaction(conn):
-            if not await generations.hold_if_serving(conn, generation):
-                self.generation = None  # reopen: the live generations are read again
-                return 0
+        async with self.checkpointed(conn, last):
             ready = [e for e in still_current(events) if e.position > self.published]
             await append(conn, [availability_event(e, "retrieval_ready", True) for e in ready] + decisions.events())
             await projections.record(conn, decisions)
-            await conn.execute(
-                "UPDATE projector_checkpoints SET position = greatest(position, %s), updated_at = now()"
-                " WHERE name = %s", (last, generation.checkpoint_name))
-            await conn.execute("SELECT pg_notify(%s, %s)", (PROGRESS_CHANNEL, KIND))
-        self.position = last
         self.published = max(self.published, last)
-        return len(events)
+
+    async def after_batch(self, conn: AsyncConnection, idle: bool) -> bool:
+        pending = await self._backfill(conn)
+        if time.monotonic() - self.purged_at > self.PURGE_EVERY_SECONDS:
+            await self._purge(conn)
+        return pending
 
     async def _backfill(self, conn: AsyncConnection) -> bool:
         """One chunk for each building projection generation; True while any remains."""
@@ -202,17 +178,14 @@ class LexicalProjector:
                 p.backfill_cursor = rows[-1][0]
                 writer.commit(self.position)
             finished = len(rows) < projections.backfill_chunk()
-            async with journal_transaction(conn):
-                if not await generations.hold_if_serving(conn, generation):
-                    self.generation = None
-                    return False
+            async with self.holding_generation(conn):
                 await projections.save_backfill(conn, p)
                 if finished:
                     news = await projections.cut_over(conn, self.live, p)
                 else:
                     news = [projections.operation_event(p, {"state": "running", **projections.counters(p)})]
                 await append(conn, news)
-                await conn.execute("SELECT pg_notify(%s, %s)", (PROGRESS_CHANNEL, KIND))  # searchers reload
+                await checkpoints.announce(conn, KIND)  # searchers reload
             if finished:
                 log.info("projection_generation_built", generation=p.projection_generation_id,
                          corpus=p.corpus_id, operation=p.operation_id, outcome=news[0].payload["operation"]["state"])

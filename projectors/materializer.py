@@ -27,17 +27,19 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 from psycopg import AsyncConnection
 
 from contentsvc.storage.blobstore import BlobStore, FilesystemBlobStore, read_chunks
-from contentsvc.config import MAX_TEXT_BLOB_BYTES, current_settings
+from contentsvc.config import MAX_TEXT_BLOB_BYTES, Settings
 from contentsvc.domain.normalize import TextPathError, blob_text, build_manifest, manifest_digest, text_route_refusal
 from contentsvc.domain.ids import new_id
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
 from contentsvc.journal.store import append
+from contentsvc.projectors.base import TableFold
 
 RECORD_WITHDRAWN_DIAGNOSTIC = {
     "code": "record_withdrawn",
@@ -63,16 +65,21 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
-class MaterializerProjector:
+class MaterializerProjector(TableFold):
     name = "materializer"
 
-    def __init__(self, blob_store: BlobStore | None = None) -> None:
-        self._blob_store = blob_store
+    def __init__(self, blob_root: Path) -> None:
+        self.blob_root = blob_root
+        self._blob_store: BlobStore | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "MaterializerProjector":
+        return cls(settings.blob_root)  # CONTENTSVC_HOME/blobs, as the API writes them
 
     @property
     def blob_store(self) -> BlobStore:
-        if self._blob_store is None:  # CONTENTSVC_HOME/blobs, as the API writes them
-            self._blob_store = FilesystemBlobStore(current_settings().blob_root)
+        if self._blob_store is None:  # opened on the first Blob to read
+            self._blob_store = FilesystemBlobStore(self.blob_root)
         return self._blob_store
 
     async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:

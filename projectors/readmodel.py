@@ -6,10 +6,11 @@ from __future__ import annotations
 from psycopg import AsyncConnection
 
 from contentsvc.journal.events import JournalEvent
+from contentsvc.projectors.base import TableFold
 from contentsvc.readmodel.fold import fold
 
 
-class ReadModelProjector:
+class ReadModelProjector(TableFold):
     name = "readmodel"
 
     async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:

@@ -1,107 +1,132 @@
-"""The loop every projector runs: read after the checkpoint, fold, commit.
+"""The process every projector runs: `contentsvc projector run NAME`.
 
-The fold's output and the new checkpoint are written in one PostgreSQL
-transaction, so a kill -9 at any instant either loses the whole batch (it
-is read again) or keeps all of it: nothing is lost, nothing is applied
-twice. One instance per projector holds a session advisory lock; a second
-one waits. The loop wakes on LISTEN/NOTIFY and polls as a fallback.
+One instance per projector holds a session advisory lock; a second one
+waits. The loop folds a batch (projectors/base.py: the output and the
+checkpoint commit together), and when the journal has nothing more it
+waits for a commit notification, polling as a fallback.
+
+A lost database is an outage to wait out, not a crash: the runner logs
+`projector_database_lost` once, retries with exponential backoff, logs
+`projector_database_back` when it is connected and holds the lock again,
+and reopens the fold (memory may be ahead of what committed before the
+outage; reopening reads it back from Postgres, as a restart would).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from typing import Protocol
+import time
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
 
+import psycopg
 from psycopg import AsyncConnection
 
-from contentsvc.journal.events import JournalEvent
-from contentsvc.journal.store import NOTIFY_CHANNEL, PROGRESS_CHANNEL, read_after
-from contentsvc.journal.store import transaction as journal_transaction
+from contentsvc.journal.store import NOTIFY_CHANNEL
 from contentsvc.logging import get_logger
+from contentsvc.projectors.base import Projector
 
 log = get_logger("contentsvc.projector")
 
-
-class Projector(Protocol):
-    name: str
-
-    async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
-        """Fold a batch inside the open transaction (idempotent per event)."""
+# Retry delays while the database is away: 0.25 s, doubling, at most this.
+RETRY_FIRST_SECONDS = 0.25
+RETRY_CAP_SECONDS = 10.0
 
 
 def _lock_id(name: str) -> int:
     return int.from_bytes(hashlib.sha256(f"projector:{name}".encode()).digest()[:7], "big")
 
 
-async def ensure_checkpoint(conn: AsyncConnection, name: str) -> None:
-    await conn.execute("INSERT INTO projector_checkpoints (name) VALUES (%s) ON CONFLICT DO NOTHING", (name,))
+def connection_lost(exc: BaseException) -> bool:
+    """The server went away or refused us (shutdown, terminated backend, network): worth
+    waiting out. Any other database error is a bug or a conflict, and ends the process."""
+    if not isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return False
+    state = getattr(exc, "sqlstate", None)
+    # No SQLSTATE: raised by the client (connection refused, closed or broken);
+    # class 08: connection exception; 57P0x: the server shut down or is starting.
+    return state is None or state.startswith(("08", "57P"))
 
 
-async def checkpoint_of(conn: AsyncConnection, name: str, *, for_update: bool = False) -> int:
-    lock = " FOR UPDATE" if for_update else ""
-    cur = await conn.execute(f"SELECT position FROM projector_checkpoints WHERE name = %s{lock}", (name,))
-    return (await cur.fetchone())[0]
+@asynccontextmanager
+async def _connection(url: str, projector: Projector) -> AsyncIterator[AsyncConnection]:
+    """An autocommit connection, closed on the way out without a rollback or commit: after an
+    outage there is nothing to end, and trying would only log a second error."""
+    conn = await AsyncConnection.connect(url, autocommit=True,
+                                         application_name=f"contentsvc projector {projector.name}")
+    try:
+        yield conn
+    finally:
+        await conn.close()
 
 
-async def step(conn: AsyncConnection, projector: Projector, batch_size: int) -> int:
-    """Fold one batch; returns how many events it read.
+async def _sleep_unless_stopped(seconds: float, stop: asyncio.Event) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+    except asyncio.TimeoutError:
+        pass
 
-    Looking costs no write: the checkpoint row is locked (which writes WAL
-    and needs a durable commit) only when there is something to fold. The
-    lock keeps an operator's replay and this fold from interleaving.
-    """
-    async with journal_transaction(conn):
-        position = await checkpoint_of(conn, projector.name)
-        events = await read_after(conn, position, batch_size)
-        if events and await checkpoint_of(conn, projector.name, for_update=True) != position:
-            return 0  # moved under us (a replay committed): read again from the new checkpoint
-        if events:
-            await projector.apply(conn, events)
-            await conn.execute(
-                "UPDATE projector_checkpoints SET position = %s, updated_at = now() WHERE name = %s",
-                (events[-1].position, projector.name),
-            )
-            await conn.execute("SELECT pg_notify(%s, %s)", (PROGRESS_CHANNEL, projector.name))
-    return len(events)
+
+async def _wait_for_commit(listener: AsyncConnection, poll_seconds: float, coalesce_seconds: float) -> None:
+    """Until the next journal commit (or the poll interval); then let a few more commits
+    gather, so that a busy journal is folded in batches rather than one per append."""
+    woken = False
+    async for _ in listener.notifies(timeout=poll_seconds, stop_after=1):
+        woken = True
+    if woken:
+        await asyncio.sleep(coalesce_seconds)
+        async for _ in listener.notifies(timeout=0):
+            pass
+
+
+async def _take_lock(work: AsyncConnection, projector: Projector, poll_seconds: float, stop: asyncio.Event) -> bool:
+    while not stop.is_set():
+        cur = await work.execute("SELECT pg_try_advisory_lock(%s)", (_lock_id(projector.name),))
+        if (await cur.fetchone())[0]:
+            return True
+        log.info("projector_waiting_for_lock", projector=projector.name)
+        await _sleep_unless_stopped(poll_seconds, stop)
+    return False
 
 
 async def run(
     url: str,
     projector: Projector,
     *,
-    batch_size: int = 1000,
     poll_seconds: float = 1.0,
     coalesce_seconds: float = 0.05,
+    retry_first_seconds: float = RETRY_FIRST_SECONDS,
+    retry_cap_seconds: float = RETRY_CAP_SECONDS,
     stop: asyncio.Event | None = None,
 ) -> None:
     stop = stop or asyncio.Event()
-    async with await AsyncConnection.connect(url, autocommit=True) as listener, \
-            await AsyncConnection.connect(url) as work:
-        await listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
-        await work.set_autocommit(True)
-        while not stop.is_set():
-            cur = await work.execute("SELECT pg_try_advisory_lock(%s)", (_lock_id(projector.name),))
-            if (await cur.fetchone())[0]:
-                break
-            log.info("projector_waiting_for_lock", projector=projector.name)
-            await asyncio.sleep(poll_seconds)
-        await ensure_checkpoint(work, projector.name)
-        await work.set_autocommit(False)
-        log.info("projector_started", projector=projector.name)
-        fold = getattr(projector, "step", None)
-        while not stop.is_set():
-            # A projector whose output lives outside Postgres runs its own step.
-            done = await fold(work, batch_size) if fold else await step(work, projector, batch_size)
-            if done == batch_size:
-                continue
-            # Idle: wait for a commit notification (or poll), then let a few
-            # more commits gather so that a busy journal is folded in batches
-            # rather than one transaction per append.
-            woken = False
-            async for _ in listener.notifies(timeout=poll_seconds, stop_after=1):
-                woken = True
-            if woken:
-                await asyncio.sleep(coalesce_seconds)
-                async for _ in listener.notifies(timeout=0):
-                    pass
+    lost_at: float | None = None  # when the current outage began
+    delay = retry_first_seconds
+    while not stop.is_set():
+        try:
+            async with _connection(url, projector) as listener, _connection(url, projector) as work:
+                await listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                if not await _take_lock(work, projector, poll_seconds, stop):
+                    return
+                await work.set_autocommit(False)
+                await projector.open(work)
+                if lost_at is None:
+                    log.info("projector_started", projector=projector.name)
+                else:
+                    log.info("projector_database_back", projector=projector.name,
+                             outage_s=round(time.monotonic() - lost_at, 1))
+                    lost_at, delay = None, retry_first_seconds
+                while not stop.is_set():
+                    if not await projector.step(work):
+                        await _wait_for_commit(listener, poll_seconds, coalesce_seconds)
+            return
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if not connection_lost(exc):
+                raise
+            if lost_at is None:
+                lost_at = time.monotonic()
+                log.warning("projector_database_lost", projector=projector.name, error=type(exc).__name__,
+                            retry_cap_s=retry_cap_seconds)
+            await _sleep_unless_stopped(delay, stop)
+            delay = min(delay * 2, retry_cap_seconds)

@@ -27,14 +27,14 @@ from psycopg import AsyncConnection
 
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
-from contentsvc.journal.store import PROGRESS_CHANNEL, append, read_after
-from contentsvc.journal.store import transaction as journal_transaction
+from contentsvc.journal.store import append
 from contentsvc.logging import get_logger
+from contentsvc.projectors.base import GenerationFold
+from contentsvc.projectors.lexical import still_current
+from contentsvc.readmodel import vectors as current_vectors
 from contentsvc.search import generations, vector_index
 from contentsvc.search.lexical_index import segments_of
 from contentsvc.search.vector_index import SPACE
-from contentsvc.projectors.lexical import still_current
-from contentsvc.projectors.runner import checkpoint_of
 
 log = get_logger("contentsvc.projector.vectors")
 
@@ -69,15 +69,14 @@ class Embeddable:
                    p["manifest"])
 
 
-class VectorProjector:
+class VectorProjector(GenerationFold):
     name = KIND
+    batch_size = 256  # embedding a batch takes a while: smaller batches report sooner
 
     def __init__(self, home: Path) -> None:
-        self.home = home
-        self.generation: generations.Generation | None = None
+        super().__init__(home)
         self.index = None
         self.labels: set[int] = set()
-        self.position = 0
         self.max_label = 0
         self.last_snapshot = 0.0
         self._embedder = None
@@ -95,25 +94,19 @@ class VectorProjector:
     def _directory(self) -> Path:
         return self.generation.path(self.home)
 
-    async def _open_serving(self, conn: AsyncConnection) -> None:
-        generation = await generations.serving_or_first(conn, KIND)
-        if self.generation and generation.generation_id == self.generation.generation_id:
-            return
-        self.generation = generation
+    async def open(self, conn: AsyncConnection) -> None:
+        await super().open(conn)
+        # What a backfill tried may not have committed: try it again, as a restart would.
+        self.tried.clear()
+        self.backfills = True
+
+    async def open_generation(self, conn: AsyncConnection, generation: generations.Generation,
+                              published: int) -> int:
+        snapshot = vector_index.read_snapshot(self._directory())
+        after = snapshot.max_label if snapshot else 0
         async with conn.transaction():
-            checkpoint = await checkpoint_of(conn, generation.checkpoint_name)
-            snapshot = vector_index.read_snapshot(self._directory())
-            after = snapshot.max_label if snapshot else 0
-            cur = await conn.execute(
-                "SELECT x.label, x.vector FROM vectors x JOIN records r ON r.record_id = x.record_id"
-                " WHERE x.space = %s AND x.label > %s AND r.current_version_id = x.version_id AND NOT r.withdrawn"
-                " ORDER BY x.label", (SPACE, after))
-            rows = await cur.fetchall()
-            cur = await conn.execute(
-                "SELECT x.label FROM vectors x JOIN records r ON r.record_id = x.record_id"
-                " WHERE x.space = %s AND x.label <= %s AND r.current_version_id = x.version_id AND NOT r.withdrawn",
-                (SPACE, after))
-            live = {r[0] for r in await cur.fetchall()}
+            rows = await current_vectors.after_label(conn, SPACE, after)
+            live = await current_vectors.labels_through(conn, SPACE, after)
         if snapshot:
             self.index = vector_index.load(self._directory(), snapshot, extra=len(rows))
             # The snapshot may hold vectors of Versions replaced or withdrawn after it was taken
@@ -125,9 +118,9 @@ class VectorProjector:
             self.index = vector_index.new_index(len(rows) + 1024)
             self.labels, self.max_label = set(), 0
         self._add([r[0] for r in rows], [vector_index.from_bytes(r[1]) for r in rows])
-        self.position = checkpoint  # Postgres holds every vector up to its checkpoint
-        log.info("vector_generation_open", generation=generation.generation_id, position=checkpoint,
+        log.info("vector_generation_open", generation=generation.generation_id, position=published,
                  vectors=len(self.labels), from_snapshot=bool(snapshot))
+        return published  # Postgres holds every vector up to the generation's checkpoint
 
     def _add(self, labels: list[int], vectors: list[np.ndarray]) -> None:
         fresh = [(label, v) for label, v in zip(labels, vectors) if label not in self.labels]
@@ -147,32 +140,20 @@ class VectorProjector:
                     pass
                 self.labels.discard(label)
 
-    async def step(self, conn: AsyncConnection, batch_size: int) -> int:
-        await self._open_serving(conn)
-        folded = await self._fold(conn, batch_size)
-        if self.generation and self.backfills and await self._backfill(conn):
-            return batch_size  # more to fill: come back at once
-        if not folded:
+    async def after_batch(self, conn: AsyncConnection, idle: bool) -> bool:
+        if self.backfills and await self._backfill(conn):
+            return True  # more to fill: come back at once
+        if idle:
             self._maybe_snapshot(force=True)  # idle: make the snapshot current
-        return folded
+        return False
 
-    async def _fold(self, conn: AsyncConnection, batch_size: int) -> int:
-        generation = self.generation
-        limit = min(batch_size, 256)  # embedding a batch takes a while: smaller batches report sooner
-        async with conn.transaction():
-            events = await read_after(conn, self.position, limit)
-        if not events:
-            return 0
-        last = events[-1].position
+    async def fold(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
         current = [Embeddable.of(e) for e in await self._in_vector_corpora(conn, still_current(events))]
         touched = {e.payload["record_id"] for e in events if e.kind in (ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN)}
         gained = [e for e in events if e.kind == ev.CORPUS_RETRIEVAL_CHANGED and SPACE in e.payload["vector_spaces"]]
         vectors = await self._embed(current)
 
-        async with journal_transaction(conn):
-            if not await generations.hold_if_serving(conn, generation):
-                self.generation = None
-                return 0
+        async with self.checkpointed(conn, events[-1].position):
             cur = await conn.execute(
                 "SELECT label FROM vectors WHERE space = %s AND record_id = ANY(%s) AND NOT version_id = ANY(%s)",
                 (SPACE, list(touched), [v.version_id for v in current]))
@@ -183,15 +164,9 @@ class VectorProjector:
                 await conn.execute("INSERT INTO vector_backfills (org_id, corpus_id, space, since)"
                                    " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
                                    (e.org_id, e.corpus_id, SPACE, e.position))
-            await conn.execute(
-                "UPDATE projector_checkpoints SET position = greatest(position, %s), updated_at = now()"
-                " WHERE name = %s", (last, generation.checkpoint_name))
-            await conn.execute("SELECT pg_notify(%s, %s)", (PROGRESS_CHANNEL, KIND))
         self._remove(stale)
         self._add([r[0] for r in added], [vector_index.from_bytes(r[1]) for r in added])
-        self.position = last
         self._maybe_snapshot(force=False)
-        return batch_size if len(events) == limit else len(events)  # a full batch: more may wait, no pause
 
     async def _embed(self, items: list[Embeddable]) -> tuple[list[tuple], np.ndarray]:
         keys, texts = [], []
@@ -255,10 +230,7 @@ class VectorProjector:
             items = [Embeddable(*r) for r in await cur.fetchall()]
         self.tried.update(v.version_id for v in items)  # a Version without text gets no vector: not again
         embedded = await self._embed(items)
-        async with journal_transaction(conn):
-            if not await generations.hold_if_serving(conn, self.generation):
-                self.generation = None
-                return False
+        async with self.holding_generation(conn):
             added = await self._store(conn, items, embedded)
             if not items:
                 await conn.execute("DELETE FROM vector_backfills WHERE org_id = %s AND corpus_id = %s AND space = %s",

@@ -60,35 +60,56 @@ def cmd_run(args, settings: Settings, config_file: Path | None) -> int:
     return run_all(url, args.host or settings.host, args.port or settings.port, config_file)
 
 
-def cmd_projector(args, settings: Settings) -> int:
-    from contentsvc.projectors import registry
+def _kind_named(role: str, name: str):
+    """The registry's process kind of that role and name; None (after saying which exist) when unknown."""
+    from contentsvc.processes.registry import of_role
 
-    projectors = registry()
+    kinds = of_role(role)
+    if name not in kinds:
+        print(f"unknown {role} {name!r}; known: {', '.join(kinds) or '(none yet)'}", file=sys.stderr)
+    return kinds.get(name)
+
+
+def _run_fold(kind, settings: Settings) -> int:
+    from contentsvc.projectors.runner import run
+
+    projector = kind.build(settings)
+    try:
+        asyncio.run(run(_database_url(settings), projector))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_projector(args, settings: Settings) -> int:
+    from contentsvc.processes.registry import PROJECTOR, of_role
+
+    names = list(of_role(PROJECTOR))
     if args.action == "list":
-        for name in projectors:
+        for name in names:
             print(name)
         return 0
-    url = _database_url(settings)
     if args.action == "status":
         from contentsvc.operator.projectors import print_status
 
-        return print_status(url, list(projectors))
-    if args.name not in projectors:
-        print(f"unknown projector {args.name!r}; known: {', '.join(projectors)}", file=sys.stderr)
+        return print_status(_database_url(settings), names)
+    kind = _kind_named(PROJECTOR, args.name)
+    if kind is None:
         return 2
     if args.action == "run":
-        from contentsvc.projectors.runner import run
-
-        try:
-            asyncio.run(run(url, projectors[args.name]))
-        except KeyboardInterrupt:
-            pass
-        return 0
+        return _run_fold(kind, settings)
     if args.action == "replay":
         from contentsvc.operator.projectors import replay
 
-        return replay(url, projectors[args.name], args.corpus, args.org)
+        return replay(_database_url(settings), kind.build(settings), args.corpus, args.org)
     return 2
+
+
+def cmd_worker(args, settings: Settings) -> int:
+    from contentsvc.processes.registry import WORKER
+
+    kind = _kind_named(WORKER, args.name)
+    return 2 if kind is None else _run_fold(kind, settings)
 
 
 def cmd_keys(args, settings: Settings) -> int:
@@ -179,6 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--corpus", help="rebuild only this Corpus's projection generation (an Operation, with progress)")
     r.add_argument("--org", help="the Corpus's Organization, when its id exists in several")
     p.set_defaults(func=cmd_projector)
+
+    p = sub.add_parser("worker", help="run one worker (the process registry names them)")
+    wsub = p.add_subparsers(dest="action", required=True)
+    r = wsub.add_parser("run", help="run one worker until stopped")
+    r.add_argument("name")
+    p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("keys", help="operator: API keys")
     ksub = p.add_subparsers(dest="action", required=True)

@@ -13,6 +13,7 @@ from contentsvc.domain.models import (
     VectorSpace,
     VectorSpaceList,
 )
+from contentsvc.readmodel import vectors as current_vectors
 from contentsvc.readmodel.corpora import corpus_or_404
 from contentsvc.search import service, vector_index
 from contentsvc.search.embedding import DIMENSIONS, METRIC, MODEL_NAME
@@ -42,15 +43,10 @@ async def list_vector_spaces(call: Call[None, None], corpus_id: str) -> Response
         items = []
         if vector_index.SPACE in corpus.vector_spaces:
             # Coverage: current segments holding a vector in this space.
-            cur = await conn.execute(
-                "SELECT count(*) FROM vectors x JOIN records r ON r.record_id = x.record_id"
-                " WHERE x.space = %s AND x.org_id = %s AND x.corpus_id = %s"
-                " AND r.current_version_id = x.version_id AND NOT r.withdrawn",
-                (vector_index.SPACE, p.org_id, corpus_id))
             items.append(VectorSpace(
                 name=vector_index.SPACE, owner="engine", model=MODEL_NAME, dimensions=DIMENSIONS, metric=METRIC,
                 indexed_modalities=["text"], query_modalities=["text"], role="served",
-                coverage=(await cur.fetchone())[0]))
+                coverage=await current_vectors.coverage(conn, vector_index.SPACE, p.org_id, corpus_id)))
     return respond(VectorSpaceList(items=items))
 
 

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from contentsvc.journal import checkpoints
 from contentsvc.journal.store import read_after
 
 
@@ -55,9 +56,8 @@ async def _replay_readmodel(url: str, projector) -> None:
         async with conn.transaction():
             # Holding the checkpoint row stops the running projector; readers keep
             # the old rows (DELETE, not TRUNCATE) until this commits.
-            await conn.execute("INSERT INTO projector_checkpoints (name) VALUES (%s) ON CONFLICT DO NOTHING",
-                               (projector.name,))
-            await conn.execute("SELECT 1 FROM projector_checkpoints WHERE name = %s FOR UPDATE", (projector.name,))
+            await checkpoints.ensure(conn, projector.name)
+            await checkpoints.position(conn, projector.name, for_update=True)
             head = (await (await conn.execute("SELECT coalesce(max(position), 0) FROM journal")).fetchone())[0]
             for table in READ_TABLES:
                 await conn.execute(f"DELETE FROM {table}")
@@ -71,8 +71,7 @@ async def _replay_readmodel(url: str, projector) -> None:
                     await projector.apply(conn, events)
                     position = events[-1].position
                     progress.update(task, completed=position)
-            await conn.execute("UPDATE projector_checkpoints SET position = %s, updated_at = now() WHERE name = %s",
-                               (position, projector.name))
+            await checkpoints.reset(conn, projector.name, position)
 
 
 async def _rebuild_corpus(url: str, corpus_id: str, org_id: str | None) -> int:

@@ -101,14 +101,9 @@ async def replay_vectors(url: str, home: Path) -> str:
     The vectors projector writes every vector to Postgres with its checkpoint, so the
     stored vectors of current Versions are exactly what the serving generation reflects.
     """
+    from contentsvc.readmodel import vectors as current_vectors
     from contentsvc.search import vector_index
-
-    async def current_vectors(conn, after_label: int) -> list[tuple]:
-        cur = await conn.execute(
-            "SELECT x.label, x.vector FROM vectors x JOIN records r ON r.record_id = x.record_id"
-            " WHERE x.space = %s AND x.label > %s AND r.current_version_id = x.version_id AND NOT r.withdrawn"
-            " ORDER BY x.label", (vector_index.SPACE, after_label))
-        return await cur.fetchall()
+    from contentsvc.search.vector_index import SPACE
 
     def add(index, rows) -> int:
         if rows:
@@ -120,7 +115,7 @@ async def replay_vectors(url: str, home: Path) -> str:
         await generations.serving_or_first(conn, "vectors")
         async with conn.transaction():
             new = await generations.create(conn, "vectors", "building")
-        rows = await current_vectors(conn, 0)
+        rows = await current_vectors.after_label(conn, SPACE, 0)
         index = vector_index.new_index(len(rows) + 1024)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns) as progress:
@@ -132,7 +127,7 @@ async def replay_vectors(url: str, home: Path) -> str:
         await conn.set_autocommit(False)
         async with journal_transaction(conn):
             old, announced, position = await generations.lock_serving(conn, "vectors")
-            max_label = max(max_label, add(index, await current_vectors(conn, max_label)))
+            max_label = max(max_label, add(index, await current_vectors.after_label(conn, SPACE, max_label)))
             vector_index.save(new.path(home), index, position, max_label)
             await generations.cut_over(conn, old, new, position, announced)
         return new.generation_id

@@ -1,7 +1,8 @@
-"""`contentsvc run`: the API and every projector as child processes.
+"""`contentsvc run`: one child process per kind in the process registry.
 
 Each child is the same command a container runs (`serve`, `projector run
-NAME`); a child that dies is restarted with backoff. Ctrl-C stops them all.
+NAME`, `worker run NAME`); a child that dies is restarted with backoff.
+Ctrl-C stops them all.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import httpx
 
 from contentsvc.config.environment import CONFIG_VARIABLE, child_environment
 from contentsvc.logging import get_logger
-from contentsvc.projectors import registry
+from contentsvc.processes.registry import API, PROCESSES, ProcessKind
 
 log = get_logger("contentsvc.processes.supervisor")
 
@@ -25,12 +26,16 @@ def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "contentsvc.cli", *args], env=env)
 
 
+def _label(kind: ProcessKind) -> str:
+    return kind.name if kind.role == API else f"{kind.role}:{kind.name}"
+
+
 def run_all(database_url: str, host: str, port: int, config_file: Path | None = None) -> int:
     # Every child reads the file this process read (decisions-part2: Startup configuration).
     env = child_environment(CONTENTSVC_DATABASE_URL=database_url,
                             **({CONFIG_VARIABLE: str(config_file)} if config_file else {}))
-    specs = {"api": ["serve", "--host", host, "--port", str(port), "--no-migrate"]}
-    specs.update({f"projector:{name}": ["projector", "run", name] for name in registry()})
+    specs = {_label(kind): kind.command + (["--host", host, "--port", str(port)] if kind.role == API else [])
+             for kind in PROCESSES}
     children: dict[str, subprocess.Popen | None] = {name: _spawn(args, env) for name, args in specs.items()}
     restarts = {name: 0 for name in specs}
     started_at = {name: time.monotonic() for name in specs}

@@ -8,6 +8,7 @@ from pathlib import Path
 from psycopg import AsyncConnection
 
 from contentsvc.domain.ids import new_id
+from contentsvc.journal import checkpoints
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ async def create(conn: AsyncConnection, kind: str, state: str) -> Generation:
         " VALUES (%s, %s, %s, CASE WHEN %s = 'serving' THEN now() END)",
         (generation.generation_id, kind, state, state),
     )
-    await conn.execute("INSERT INTO projector_checkpoints (name) VALUES (%s)", (generation.checkpoint_name,))
+    await checkpoints.ensure(conn, generation.checkpoint_name)
     return generation
 
 
@@ -70,13 +71,12 @@ async def lock_serving(conn: AsyncConnection, kind: str) -> tuple[Generation, in
 
 async def cut_over(conn: AsyncConnection, old: Generation, new: Generation, position: int, announced: int) -> None:
     """Inside the transaction holding old's row: new serves from `position`, old retires."""
-    await conn.execute("UPDATE projector_checkpoints SET position = %s WHERE name = %s",
-                       (position, new.checkpoint_name))
+    await checkpoints.reset(conn, new.checkpoint_name, position)
     await conn.execute("UPDATE search_generations SET state = 'retired' WHERE generation_id = %s",
                        (old.generation_id,))
     await conn.execute("UPDATE search_generations SET state = 'serving', activated_at = now(), announced = %s"
                        " WHERE generation_id = %s", (announced, new.generation_id))
-    await conn.execute("SELECT pg_notify('contentsvc_projector', %s)", (new.kind,))
+    await checkpoints.announce(conn, new.kind)
 
 
 async def serving_or_first(conn: AsyncConnection, kind: str) -> Generation:

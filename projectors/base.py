@@ -1,0 +1,194 @@
+"""The projector contract: what a fold is, and how a batch meets its checkpoint.
+
+A projector reads the journal after its checkpoint, in batches, and stores
+the new checkpoint atomically with what it made of the batch. Where that
+output lives decides the base a projector extends:
+
+- `TableFold`: the output is Postgres rows (read tables, events appended to
+  the journal). `apply` runs inside the transaction that moves the
+  checkpoint, so a kill -9 at any instant keeps all of a batch or none of it.
+- `ExternalFold`: part of the work happens outside the database (an index
+  commit, an embedding, a call to another service). `fold` receives the
+  batch, does that work outside any transaction, then writes what it learned
+  inside `checkpointed(...)`, the transaction that moves the checkpoint. A
+  crash between the outside work and that commit repeats the work for the
+  same events, so it must be idempotent (delete then add, insert if absent).
+- `GenerationFold`: an ExternalFold whose output is the serving index
+  generation (search/generations.py): the checkpoint is the generation's,
+  committed after the index, and a replay's cutover makes it reopen on the
+  generation that serves next.
+
+The process around a fold (the single-instance lock, waking on commits,
+surviving a lost database) is `projectors/runner.py`, the same for all.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator, ClassVar
+
+from psycopg import AsyncConnection
+
+from contentsvc.config import Settings
+from contentsvc.journal import checkpoints
+from contentsvc.journal.events import JournalEvent
+from contentsvc.journal.store import read_after
+from contentsvc.journal.store import transaction as journal_transaction
+from contentsvc.search import generations
+
+
+class Projector(ABC):
+    """A fold over the journal, run by `runner.run` as its own process."""
+
+    name: ClassVar[str]
+    batch_size: ClassVar[int] = 1000
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "Projector":
+        """How the process registry builds one."""
+        return cls()
+
+    async def open(self, conn: AsyncConnection) -> None:
+        """Load what the fold keeps between batches. Called with the single-instance lock held,
+        at start and again after a reconnection: memory may then be ahead of what committed."""
+
+    @abstractmethod
+    async def step(self, conn: AsyncConnection) -> bool:
+        """Fold the next batch (the connection is outside any transaction); True when more
+        work is waiting, so the runner comes back at once instead of waiting for a commit."""
+
+
+class TableFold(Projector):
+    """A fold whose output is Postgres rows, written in the checkpoint's transaction."""
+
+    @abstractmethod
+    async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
+        """Fold a batch inside the open transaction; idempotent per event (a replay re-applies)."""
+
+    async def open(self, conn: AsyncConnection) -> None:
+        async with conn.transaction():
+            await checkpoints.ensure(conn, self.name)
+
+    async def step(self, conn: AsyncConnection) -> bool:
+        # Looking costs no write: the checkpoint row is locked (which writes WAL and needs a
+        # durable commit) only when there is something to fold. The lock keeps an operator's
+        # replay and this fold from interleaving.
+        async with journal_transaction(conn):
+            position = await checkpoints.position(conn, self.name)
+            events = await read_after(conn, position, self.batch_size)
+            if not events:
+                return False
+            if await checkpoints.position(conn, self.name, for_update=True) != position:
+                return True  # a replay committed meanwhile: read again from its checkpoint
+            await self.apply(conn, events)
+            await checkpoints.advance(conn, self.name, events[-1].position)
+            await checkpoints.announce(conn, self.name)
+        return len(events) == self.batch_size
+
+
+class ExternalFold(Projector):
+    """A fold that works outside the database and then commits its checkpoint itself."""
+
+    def __init__(self) -> None:
+        self.position = 0  # what the output reflects: the next batch is read after it
+
+    @property
+    def checkpoint_name(self) -> str:
+        return self.name
+
+    async def open(self, conn: AsyncConnection) -> None:
+        async with conn.transaction():
+            await checkpoints.ensure(conn, self.checkpoint_name)
+            self.position = await checkpoints.position(conn, self.checkpoint_name)
+
+    @abstractmethod
+    async def fold(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
+        """Do the batch's outside work, then write what it learned inside
+        `async with self.checkpointed(conn, events[-1].position)`."""
+
+    async def after_batch(self, conn: AsyncConnection, idle: bool) -> bool:
+        """Work between batches (a backfill chunk, a purge, a snapshot); `idle` when the
+        journal had nothing new. True while more of it waits."""
+        return False
+
+    def publishing(self, conn: AsyncConnection) -> AbstractAsyncContextManager[None]:
+        """The transaction a fold writes in (it may append to the journal)."""
+        return journal_transaction(conn)
+
+    @asynccontextmanager
+    async def checkpointed(self, conn: AsyncConnection, through: int) -> AsyncIterator[None]:
+        """The transaction that writes what the fold learned and moves the checkpoint to `through`."""
+        async with self.publishing(conn):
+            yield
+            await checkpoints.advance(conn, self.checkpoint_name, through)
+            await checkpoints.announce(conn, self.name)
+        self.position = through
+
+    async def step(self, conn: AsyncConnection) -> bool:
+        async with conn.transaction():
+            events = await read_after(conn, self.position, self.batch_size)
+        if events:
+            await self.fold(conn, events)
+            if self.position < events[-1].position:
+                raise RuntimeError(f"{self.name}: the fold returned without committing its checkpoint")
+        more = await self.after_batch(conn, idle=not events)
+        return more or len(events) == self.batch_size
+
+
+class GenerationRetired(Exception):
+    """The generation stopped serving (a replay cut over): what was about to be published is
+    dropped, and the fold reopens on the generation that serves now."""
+
+
+class GenerationFold(ExternalFold):
+    """An ExternalFold into the serving generation of the index kind `name`."""
+
+    def __init__(self, home: Path) -> None:
+        super().__init__()
+        self.home = home  # generations live under home/indexes/KIND/GEN
+        self.generation: generations.Generation | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "GenerationFold":
+        return cls(settings.home)
+
+    @property
+    def checkpoint_name(self) -> str:
+        return self.generation.checkpoint_name
+
+    async def open(self, conn: AsyncConnection) -> None:
+        self.generation = None  # the serving generation is opened (again) by the next step
+
+    @abstractmethod
+    async def open_generation(self, conn: AsyncConnection, generation: generations.Generation,
+                              published: int) -> int:
+        """Load the generation's output; returns the position it reflects. `published` is the
+        generation's checkpoint: the index may be behind it (files lost or restored), never ahead."""
+
+    def publishing(self, conn: AsyncConnection) -> AbstractAsyncContextManager[None]:
+        return self.holding_generation(conn)
+
+    @asynccontextmanager
+    async def holding_generation(self, conn: AsyncConnection) -> AsyncIterator[None]:
+        """A journal transaction holding the generation's row: a replay's cutover waits for it,
+        and once the generation retired nothing is written (GenerationRetired). The row is
+        taken before the journal lock, as a cutover takes them, so the two cannot deadlock."""
+        async with journal_transaction(conn):
+            if not await generations.hold_if_serving(conn, self.generation):
+                raise GenerationRetired(self.generation.generation_id)
+            yield
+
+    async def step(self, conn: AsyncConnection) -> bool:
+        serving = await generations.serving_or_first(conn, self.name)
+        if self.generation is None or serving.generation_id != self.generation.generation_id:
+            async with conn.transaction():
+                published = await checkpoints.position(conn, serving.checkpoint_name)
+            self.generation = serving
+            self.position = await self.open_generation(conn, serving, published)
+        try:
+            return await super().step(conn)
+        except GenerationRetired:
+            self.generation = None
+            return False

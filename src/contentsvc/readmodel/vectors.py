@@ -1,0 +1,35 @@
+"""The current vectors: stored vectors of each Record's current, non-withdrawn Version.
+
+The `vectors` table keeps every vector ever embedded (a Version replaced or
+withdrawn keeps its rows, so nothing is embedded twice); what an hnswlib
+generation holds and what a vector space covers are only the current ones.
+That join is the concept; every reader of it goes through here: the vectors
+projector opening a generation, `projector replay vectors`, and
+listVectorSpaces' coverage.
+"""
+
+from __future__ import annotations
+
+from psycopg import AsyncConnection
+
+_CURRENT = ("FROM vectors x JOIN records r ON r.record_id = x.record_id"
+            " WHERE x.space = %s AND r.current_version_id = x.version_id AND NOT r.withdrawn")
+
+
+async def after_label(conn: AsyncConnection, space: str, label: int) -> list[tuple[int, bytes]]:
+    """(label, vector) of the current vectors labelled after `label`, in label order."""
+    cur = await conn.execute(f"SELECT x.label, x.vector {_CURRENT} AND x.label > %s ORDER BY x.label", (space, label))
+    return await cur.fetchall()
+
+
+async def labels_through(conn: AsyncConnection, space: str, label: int) -> set[int]:
+    """Labels of the current vectors labelled `label` or lower."""
+    cur = await conn.execute(f"SELECT x.label {_CURRENT} AND x.label <= %s", (space, label))
+    return {r[0] for r in await cur.fetchall()}
+
+
+async def coverage(conn: AsyncConnection, space: str, org_id: str, corpus_id: str) -> int:
+    """How many current segments of a Corpus hold a vector in the space."""
+    cur = await conn.execute(f"SELECT count(*) {_CURRENT} AND x.org_id = %s AND x.corpus_id = %s",
+                             (space, org_id, corpus_id))
+    return (await cur.fetchone())[0]

@@ -53,6 +53,7 @@ import httpx
 import msgspec
 import psycopg
 
+from contentsvc.journal.events import IngestAccepted, Source
 from contentsvc.processes.local_service import LocalService, create_database, drop_database
 from contentsvc.search.vector_index import engine_vectors_enabled
 
@@ -714,19 +715,19 @@ async def journal_resolve_latency(database_url: str, corpus_id: str) -> dict[str
 # --------------------------------------------------------------------------- 4. raw journal append
 
 
-def raw_payload(text: str) -> dict:
+class RawAccepted(IngestAccepted, kw_only=True, tag=RAW_KIND):
+    """An ingest.accepted payload under the bench's own kind, which no projector folds."""
+
+
+def raw_payload(text: str) -> RawAccepted:
     """Shaped like an ingest.accepted payload with a ~1 KiB text."""
-    rid = "rcp_" + uuid.uuid4().hex
-    return {
-        "receipt_id": rid,
-        "source": {"corpus_id": "bench-raw", "namespace": "bench", "record_key": uuid.uuid4().hex},
-        "content": {"kind": "text", "text": text},
-        "title": None,
-        "provenance": {"origin": "client", "accepted_at": datetime.now(timezone.utc).isoformat()},
-        "extensions": None,
-        "relations": [],
-        "accepted_at": datetime.now(timezone.utc).isoformat(),
-    }
+    return RawAccepted(
+        receipt_id="rcp_" + uuid.uuid4().hex,
+        source=Source(corpus_id="bench-raw", namespace="bench", record_key=uuid.uuid4().hex),
+        content={"kind": "text", "text": text},
+        provenance={"origin": "client", "accepted_at": datetime.now(timezone.utc).isoformat()},
+        accepted_at=datetime.now(timezone.utc).isoformat(),
+    )
 
 
 async def timed_loop(url: str, connections: int, seconds: float, events_per_txn: int,
@@ -782,17 +783,16 @@ async def bench_raw(database_url: str, texts: Texts, seconds: float) -> dict[str
     from contentsvc.storage import database  # noqa: F401 - jsonb through msgspec, as the service does
     from contentsvc.domain.ids import new_id
     from contentsvc.journal.events import NewEvent
+    from contentsvc.journal.codec import jsonb_payload
     from contentsvc.journal.store import append
-    from psycopg.types.json import Jsonb
 
     pool = [texts.take() for _ in range(64)]
     pick = iter(range(10**12))
 
     def event() -> NewEvent:
         payload = raw_payload(pool[next(pick) % len(pool)])
-        rid = payload["receipt_id"]
-        return NewEvent(kind=RAW_KIND, org_id=RAW_ORG, corpus_id=None, subject_type="bench",
-                        subject_id=rid, payload=payload)
+        return NewEvent(org_id=RAW_ORG, corpus_id=None, subject_type="bench", subject_id=payload.receipt_id,
+                        payload=payload)
 
     if event().public:
         raise BenchError(f"{RAW_KIND} is a public kind: the raw events would show in the feed")
@@ -811,7 +811,7 @@ async def bench_raw(database_url: str, texts: Texts, seconds: float) -> dict[str
     async def plain_one(conn) -> None:
         e = event()
         await conn.execute(insert, (new_id("evt"), e.kind, e.public, e.org_id, e.corpus_id, e.subject_type,
-                                    e.subject_id, e.version_id, e.receipt_id, Jsonb(e.payload)))
+                                    e.subject_id, e.version_id, e.receipt_id, jsonb_payload(e.payload)))
 
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as admin:
         settings = {}

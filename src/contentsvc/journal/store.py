@@ -18,7 +18,7 @@ from typing import AsyncIterator, Iterable
 from psycopg import AsyncConnection
 from psycopg.rows import RowMaker
 
-from contentsvc.storage import database  # noqa: F401  (msgspec as the jsonb codec of the other columns folds read)
+from contentsvc.storage import database  # noqa: F401  (installs msgspec as the jsonb codec for the read tables)
 from contentsvc.journal.codec import decode_payload, fetch_payloads_raw, jsonb_payload
 from contentsvc.journal.events import JournalEvent, NewEvent
 

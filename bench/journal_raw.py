@@ -18,6 +18,7 @@ import psycopg
 from contentsvc.bench.driver import BenchError
 from contentsvc.bench.ingest_requests import Texts
 from contentsvc.bench.stats import Errors, latency_summary
+from contentsvc.journal.events import IngestAccepted, Source
 
 RAW_CONCURRENCY = 4
 RAW_BATCH = 100
@@ -25,19 +26,19 @@ RAW_ORG = "bench-raw"
 RAW_KIND = "bench.raw"
 
 
-def raw_payload(text: str) -> dict:
+class RawAccepted(IngestAccepted, kw_only=True, tag=RAW_KIND):
+    """An ingest.accepted payload under the bench's own kind, which no projector folds."""
+
+
+def raw_payload(text: str) -> RawAccepted:
     """Shaped like an ingest.accepted payload with a ~1 KiB text."""
-    rid = "rcp_" + uuid.uuid4().hex
-    return {
-        "receipt_id": rid,
-        "source": {"corpus_id": "bench-raw", "namespace": "bench", "record_key": uuid.uuid4().hex},
-        "content": {"kind": "text", "text": text},
-        "title": None,
-        "provenance": {"origin": "client", "accepted_at": datetime.now(timezone.utc).isoformat()},
-        "extensions": None,
-        "relations": [],
-        "accepted_at": datetime.now(timezone.utc).isoformat(),
-    }
+    return RawAccepted(
+        receipt_id="rcp_" + uuid.uuid4().hex,
+        source=Source(corpus_id="bench-raw", namespace="bench", record_key=uuid.uuid4().hex),
+        content={"kind": "text", "text": text},
+        provenance={"origin": "client", "accepted_at": datetime.now(timezone.utc).isoformat()},
+        accepted_at=datetime.now(timezone.utc).isoformat(),
+    )
 
 
 async def timed_loop(url: str, connections: int, seconds: float, events_per_txn: int,
@@ -92,18 +93,17 @@ async def timed_loop(url: str, connections: int, seconds: float, events_per_txn:
 async def bench_raw(database_url: str, texts: Texts, seconds: float) -> dict[str, Any]:
     from contentsvc.storage import database  # noqa: F401 - jsonb through msgspec, as the service does
     from contentsvc.domain.ids import new_id
+    from contentsvc.journal.codec import jsonb_payload
     from contentsvc.journal.events import NewEvent
     from contentsvc.journal.store import append
-    from psycopg.types.json import Jsonb
 
     pool = [texts.take() for _ in range(64)]
     pick = iter(range(10**12))
 
     def event() -> NewEvent:
         payload = raw_payload(pool[next(pick) % len(pool)])
-        rid = payload["receipt_id"]
-        return NewEvent(kind=RAW_KIND, org_id=RAW_ORG, corpus_id=None, subject_type="bench",
-                        subject_id=rid, payload=payload)
+        return NewEvent(org_id=RAW_ORG, corpus_id=None, subject_type="bench", subject_id=payload.receipt_id,
+                        payload=payload)
 
     if event().public:
         raise BenchError(f"{RAW_KIND} is a public kind: the raw events would show in the feed")
@@ -122,7 +122,7 @@ async def bench_raw(database_url: str, texts: Texts, seconds: float) -> dict[str
     async def plain_one(conn) -> None:
         e = event()
         await conn.execute(insert, (new_id("evt"), e.kind, e.public, e.org_id, e.corpus_id, e.subject_type,
-                                    e.subject_id, e.version_id, e.receipt_id, Jsonb(e.payload)))
+                                    e.subject_id, e.version_id, e.receipt_id, jsonb_payload(e.payload)))
 
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as admin:
         settings = {}

@@ -51,15 +51,14 @@ KIND = "lexical"
 def availability_event(e: JournalEvent, state: str, searchable: bool) -> NewEvent:
     p = e.payload
     return NewEvent(
-        kind=ev.RECORD_AVAILABILITY_CHANGED,
         org_id=e.org_id,
         corpus_id=e.corpus_id,
         subject_type="record",
-        subject_id=p["record_id"],
-        version_id=p["version_id"],
-        receipt_id=p["receipt_id"],
-        payload={"record_id": p["record_id"], "version_id": p["version_id"], "is_current": True,
-                 "state": state, "searchable": searchable},
+        subject_id=p.record_id,
+        version_id=p.version_id,
+        receipt_id=p.receipt_id,
+        payload=ev.RecordAvailabilityChanged(record_id=p.record_id, version_id=p.version_id, is_current=True,
+                                             state=state, searchable=searchable),
     )
 
 
@@ -71,15 +70,15 @@ def apply_to_index(writer: LexicalWriter, events: list[JournalEvent], live: proj
     for e in events:
         if e.kind == ev.RECORD_ACCEPTED:
             p = e.payload
-            if indexed is None or p["record_id"] in indexed:
-                writer.remove_record(p["record_id"])
+            if indexed is None or p.record_id in indexed:
+                writer.remove_record(p.record_id)
             if indexed is not None:
-                indexed.add(p["record_id"])
-            if not p.get("quarantined"):
-                for projection in live.of(e.org_id, p["source"]["corpus_id"]):
+                indexed.add(p.record_id)
+            if not p.quarantined:
+                for projection in live.of(e.org_id, p.source.corpus_id):
                     writer.add_version(e.org_id, projection.projection_generation_id, projection.retrieval, p)
         elif e.kind == ev.RECORD_WITHDRAWN:
-            writer.remove_record(e.payload["record_id"])
+            writer.remove_record(e.payload.record_id)
 
 
 def still_current(events: list[JournalEvent]) -> list[JournalEvent]:
@@ -88,9 +87,9 @@ def still_current(events: list[JournalEvent]) -> list[JournalEvent]:
     latest: dict[str, JournalEvent | None] = {}
     for e in events:
         if e.kind == ev.RECORD_ACCEPTED:
-            latest[e.payload["record_id"]] = None if e.payload.get("quarantined") else e
+            latest[e.payload.record_id] = None if e.payload.quarantined else e
         elif e.kind == ev.RECORD_WITHDRAWN:
-            latest[e.payload["record_id"]] = None
+            latest[e.payload.record_id] = None
     return [e for e in latest.values() if e is not None]
 
 
@@ -127,7 +126,7 @@ class LexicalProjector(GenerationFold):
         if state != "serving":  # a cutover happened: serve the new one next step
             raise GenerationRetired(generation.generation_id)
         last = events[-1].position
-        fresh = [e for e in events if e.kind == ev.RECORD_ACCEPTED and not e.payload.get("quarantined")
+        fresh = [e for e in events if e.kind == ev.RECORD_ACCEPTED and not e.payload.quarantined
                  and e.position > max(announced, self.published)]
         if fresh:
             # A generation retired meanwhile announces nothing (its successor will, once).
@@ -171,7 +170,7 @@ class LexicalProjector(GenerationFold):
                 rows = await projections.latest_record_events(conn, p, self.position)
             for record_id, kind, payload in rows:
                 writer.remove_record_in(p.projection_generation_id, record_id)
-                if kind == ev.RECORD_ACCEPTED and not payload.get("quarantined"):
+                if kind == ev.RECORD_ACCEPTED and not payload.quarantined:
                     writer.add_version(p.org_id, p.projection_generation_id, p.retrieval, payload)
                     p.versions_done += 1
             if rows:
@@ -188,7 +187,7 @@ class LexicalProjector(GenerationFold):
                 await checkpoints.announce(conn, KIND)  # searchers reload
             if finished:
                 log.info("projection_generation_built", generation=p.projection_generation_id,
-                         corpus=p.corpus_id, operation=p.operation_id, outcome=news[0].payload["operation"]["state"])
+                         corpus=p.corpus_id, operation=p.operation_id, outcome=news[0].payload.operation.state)
             pending = pending or not finished
         return pending
 

@@ -57,8 +57,8 @@ class Identity:
 
 
 def _key(e: JournalEvent) -> tuple[str, str, str, str]:
-    s = e.payload["source"]
-    return (e.org_id, s["corpus_id"], s["namespace"], s["record_key"])
+    s = e.payload.source
+    return (e.org_id, s.corpus_id, s.namespace, s.record_key)
 
 
 def _now() -> str:
@@ -102,7 +102,7 @@ class MaterializerProjector(TableFold):
     def _ingest(self, e: JournalEvent, identities: dict, key: tuple) -> list[NewEvent]:
         p = e.payload
         state = identities.get(key)
-        receipt_id = p["receipt_id"]
+        receipt_id = p.receipt_id
         common = dict(org_id=e.org_id, corpus_id=key[1], receipt_id=receipt_id)
         if state is not None and state.withdrawn:
             return [self._resolved(common, "conflict", state.record_id, None, [RECORD_WITHDRAWN_DIAGNOSTIC])]
@@ -116,25 +116,24 @@ class MaterializerProjector(TableFold):
         identities[key] = Identity(record_id, version_id, digest, False)
         out = [
             NewEvent(
-                kind=ev.RECORD_ACCEPTED,
                 subject_type="record",
                 subject_id=record_id,
                 version_id=version_id,
-                payload={
-                    "record_id": record_id,
-                    "version_id": version_id,
-                    "receipt_id": receipt_id,
-                    "source": p["source"],
-                    "manifest": manifest,
-                    "provenance": p["provenance"],
-                    "extensions": p.get("extensions"),
-                    "relations": p.get("relations") or [],
-                    "accepted_at": p["accepted_at"],
-                    "created_at": _now(),
-                    "previous_version_id": previous,
-                    "diagnostics": diagnostics,
-                    "quarantined": bool(diagnostics),
-                },
+                payload=ev.RecordAccepted(
+                    record_id=record_id,
+                    version_id=version_id,
+                    receipt_id=receipt_id,
+                    source=p.source,
+                    manifest=manifest,
+                    provenance=p.provenance,
+                    extensions=p.extensions,
+                    relations=p.relations,
+                    accepted_at=p.accepted_at,
+                    created_at=_now(),
+                    previous_version_id=previous,
+                    diagnostics=diagnostics,
+                    quarantined=bool(diagnostics),
+                ),
                 **common,
             ),
             self._availability(common, record_id, version_id, "quarantined" if diagnostics else "materialized", True),
@@ -144,10 +143,10 @@ class MaterializerProjector(TableFold):
         out.append(self._resolved(common, "created", record_id, version_id, diagnostics))
         return out
 
-    def _normalize(self, p: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def _normalize(self, p: ev.IngestAccepted) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """The Version's manifest and diagnostics: Blob Parts become text Parts, or the
         Version is quarantined (manifest as accepted, one diagnostic)."""
-        manifest = build_manifest(p["content"], p.get("title"))
+        manifest = build_manifest(p.content, p.title)
         if not any(part["content"]["kind"] == "blob" for part in manifest["parts"]):
             return manifest, []
         parts = []
@@ -157,35 +156,35 @@ class MaterializerProjector(TableFold):
                 parts.append(part)
                 continue
             try:
-                text = self._blob_text((p.get("blobs") or {}).get(content["blob_id"]), content)
+                text = self._blob_text((p.blobs or {}).get(content["blob_id"]), content)
             except TextPathError as exc:
                 return manifest, [exc.diagnostic()]
             parts.append({**part, "content": {"kind": "text", "text": text}})
         return {"parts": parts}, []
 
-    def _blob_text(self, verified: dict[str, Any] | None, content: dict[str, Any]) -> str:
+    def _blob_text(self, verified: ev.VerifiedBlob | None, content: dict[str, Any]) -> str:
         blob_id, media_type = content["blob_id"], content["media_type"]
         if verified is None:
             raise TextPathError("input_unverified", f"Blob {blob_id} was not a verified input at acceptance.")
         refusal = text_route_refusal(media_type)
         if refusal is not None:
             raise TextPathError("normalizer_unrouted", refusal)
-        if verified["size_bytes"] > MAX_TEXT_BLOB_BYTES:
-            raise TextPathError("normalizer_failed", f"Blob {blob_id} has {verified['size_bytes']} bytes; the built-in "
+        if verified.size_bytes > MAX_TEXT_BLOB_BYTES:
+            raise TextPathError("normalizer_failed", f"Blob {blob_id} has {verified.size_bytes} bytes; the built-in "
                                 f"text path reads text Blobs of at most {MAX_TEXT_BLOB_BYTES} bytes.")
         h, chunks, size = hashlib.sha256(), [], 0
         try:
-            with self.blob_store.open_read(verified["storage_key"]) as reader:
+            with self.blob_store.open_read(verified.storage_key) as reader:
                 for chunk in read_chunks(reader):
                     size += len(chunk)
-                    if size > verified["size_bytes"]:
+                    if size > verified.size_bytes:
                         break
                     h.update(chunk)
                     chunks.append(chunk)
         except (OSError, ValueError) as exc:
             raise TextPathError("input_unverified", f"Blob {blob_id} cannot be read from the blob store "
                                 f"({type(exc).__name__}).") from None
-        if size != verified["size_bytes"] or h.hexdigest() != verified["sha256"]:
+        if size != verified.size_bytes or h.hexdigest() != verified.sha256:
             raise TextPathError("input_unverified", f"Blob {blob_id} in the blob store is no longer the verified "
                                 "input (its size or SHA-256 changed).")
         return blob_text(b"".join(chunks), media_type)
@@ -193,7 +192,7 @@ class MaterializerProjector(TableFold):
     def _withdraw(self, e: JournalEvent, identities: dict, key: tuple) -> list[NewEvent]:
         p = e.payload
         state = identities.get(key)
-        common = dict(org_id=e.org_id, corpus_id=key[1], receipt_id=p["receipt_id"])
+        common = dict(org_id=e.org_id, corpus_id=key[1], receipt_id=p.receipt_id)
         out: list[NewEvent] = []
         if state is None:
             state = Identity(new_id("rec"), None, None, False)
@@ -201,16 +200,15 @@ class MaterializerProjector(TableFold):
             state.withdrawn = True
             out.append(
                 NewEvent(
-                    kind=ev.RECORD_WITHDRAWN,
                     subject_type="record",
                     subject_id=state.record_id,
                     version_id=state.current_version_id,
-                    payload={
-                        "record_id": state.record_id,
-                        "source": p["source"],
-                        "current_version_id": state.current_version_id,
-                        "withdrawn_at": _now(),
-                    },
+                    payload=ev.RecordWithdrawn(
+                        record_id=state.record_id,
+                        source=p.source,
+                        current_version_id=state.current_version_id,
+                        withdrawn_at=_now(),
+                    ),
                     **common,
                 )
             )
@@ -220,11 +218,10 @@ class MaterializerProjector(TableFold):
 
     @staticmethod
     def _availability(common: dict, record_id: str, version_id: str, state: str | None, is_current: bool) -> NewEvent:
-        payload = {"record_id": record_id, "version_id": version_id, "is_current": is_current}
-        if state is not None:
-            payload.update(state=state, searchable=False)
+        payload = ev.RecordAvailabilityChanged(record_id=record_id, version_id=version_id, is_current=is_current)
+        if state is not None:  # else only currentness moved
+            payload.state, payload.searchable = state, False
         return NewEvent(
-            kind=ev.RECORD_AVAILABILITY_CHANGED,
             subject_type="record",
             subject_id=record_id,
             version_id=version_id,
@@ -235,18 +232,17 @@ class MaterializerProjector(TableFold):
     @staticmethod
     def _resolved(common: dict, outcome: str, record_id: str, version_id: str | None, diagnostics: list) -> NewEvent:
         return NewEvent(
-            kind=ev.RECEIPT_RESOLVED,
             subject_type="receipt",
             subject_id=common["receipt_id"],
             version_id=version_id,
-            payload={
-                "receipt_id": common["receipt_id"],
-                "outcome": outcome,
-                "record_id": record_id,
-                "version_id": version_id,
-                "diagnostics": diagnostics,
-                "resolved_at": _now(),
-            },
+            payload=ev.ReceiptResolved(
+                receipt_id=common["receipt_id"],
+                outcome=outcome,
+                record_id=record_id,
+                version_id=version_id,
+                diagnostics=diagnostics,
+                resolved_at=_now(),
+            ),
             **common,
         )
 

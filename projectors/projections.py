@@ -18,12 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from msgspec import UNSET
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from contentsvc.config import current_settings
 from contentsvc.domain import operations as ops
 from contentsvc.journal import events as ev
+from contentsvc.journal.codec import decode_payload, fetch_payloads_raw
 from contentsvc.journal.events import JournalEvent, NewEvent
 from contentsvc.search.vector_index import SPACE, engine_vectors_enabled
 
@@ -127,26 +129,26 @@ async def decide(conn: AsyncConnection, live: Live, events: list[JournalEvent]) 
     for e in events:
         if e.kind == ev.CORPUS_CREATED and not live.of(e.org_id, e.corpus_id):
             c = e.payload  # its first generation's row was written with the Corpus
-            live.add(Projection(c["projection_generation_id"], e.org_id, e.corpus_id, c["retrieval"],
-                                c["vector_spaces"], "serving", None, None, 0, 0))
+            live.add(Projection(c.projection_generation_id, e.org_id, e.corpus_id, c.retrieval,
+                                c.vector_spaces, "serving", None, None, 0, 0))
         if e.kind != ev.OPERATION_CHANGED:
             continue
-        operation = e.payload["operation"]
-        if operation.get("state") == "cancel_requested":
-            target = live.find(operation["operation_id"])
+        operation = e.payload.operation
+        if operation.state == "cancel_requested":
+            target = live.find(operation.operation_id)
             if target is not None and target.state == "building":
                 live.drop(target.projection_generation_id)
                 d.ended.append((target, "canceled", {"state": "canceled"}))
             continue
-        request = e.payload.get("request")
-        if request is None:  # a progress or outcome report
+        request = e.payload.request
+        if request is UNSET:  # a progress or outcome report
             continue
         serving = live.serving(e.org_id, e.corpus_id)
         if serving is None:  # the Corpus is unknown here (cannot happen: it was created earlier)
             continue
-        if live.find(operation["operation_id"]) is not None:
+        if live.find(operation.operation_id) is not None:
             continue
-        if request["kind"] == ops.RETRIEVAL_CONFIGURATION:
+        if request.kind == ops.RETRIEVAL_CONFIGURATION:
             # A newer accepted configuration supersedes the pending ones (a rebuild pinned to an
             # older configuration fails only if the newer one activates first: cutover_verdict).
             for older in [p for p in live.of(e.org_id, e.corpus_id) if p.state == "building"
@@ -154,20 +156,20 @@ async def decide(conn: AsyncConnection, live: Live, events: list[JournalEvent]) 
                 live.drop(older.projection_generation_id)
                 d.ended.append((older, "failed", {"state": "failed",
                                                   "errors": [ops.error(ops.CONFIGURATION_SUPERSEDED)]}))
-            retrieval, config_position = request["retrieval"], e.position
+            retrieval, config_position = request.retrieval, e.position
         else:  # a rebuild is pinned to the configuration in effect when it was accepted
             retrieval, config_position = serving.retrieval, serving.config_position
         # A generation has the spaces its Corpus was built with, and a rebuild adds those enabled since
         # (part 1 rule 16; the vectors projector then embeds the Corpus once the rebuild serves).
-        spaces = sorted(set(serving.vector_spaces) | ({SPACE} if request["kind"] == ops.PROJECTION_REBUILD
+        spaces = sorted(set(serving.vector_spaces) | ({SPACE} if request.kind == ops.PROJECTION_REBUILD
                                                       and engine_vectors_enabled() else set()))
         cur = await conn.execute("SELECT count(*) FROM records WHERE org_id = %s AND corpus_id = %s AND NOT withdrawn",
                                  (e.org_id, e.corpus_id))
         p = Projection(
-            projection_generation_id=ops.projection_generation_for(operation["operation_id"]),
+            projection_generation_id=ops.projection_generation_for(operation.operation_id),
             org_id=e.org_id, corpus_id=e.corpus_id, retrieval=retrieval,
-            vector_spaces=spaces, state="building", operation_id=operation["operation_id"],
-            operation_kind=request["kind"], accepted_position=e.position, config_position=config_position,
+            vector_spaces=spaces, state="building", operation_id=operation.operation_id,
+            operation_kind=request.kind, accepted_position=e.position, config_position=config_position,
             versions_in_scope=(await cur.fetchone())[0],
         )
         live.add(p)
@@ -189,16 +191,19 @@ async def record(conn: AsyncConnection, d: Decisions) -> None:
                            (state, p.projection_generation_id))
 
 
-async def latest_record_events(conn: AsyncConnection, p: Projection, through: int) -> list[tuple[str, str, dict]]:
+async def latest_record_events(conn: AsyncConnection, p: Projection, through: int
+                               ) -> list[tuple[str, str, ev.RecordAccepted | ev.RecordWithdrawn]]:
     """The next chunk of the Corpus's Records after the cursor: each one's latest
     record event at or before `through`, as (record_id, kind, payload)."""
-    cur = await conn.execute(
+    cur = conn.cursor()
+    fetch_payloads_raw(cur)
+    await cur.execute(
         "SELECT DISTINCT ON (subject_id) subject_id, kind, payload FROM journal"
         " WHERE org_id = %s AND corpus_id = %s AND subject_id > %s AND position <= %s"
         " AND kind IN ('record.accepted', 'record.withdrawn')"
         " ORDER BY subject_id, position DESC LIMIT %s",
         (p.org_id, p.corpus_id, p.backfill_cursor, through, backfill_chunk()))
-    return await cur.fetchall()
+    return [(record_id, kind, decode_payload(kind, payload)) for record_id, kind, payload in await cur.fetchall()]
 
 
 async def save_backfill(conn: AsyncConnection, p: Projection) -> None:
@@ -227,10 +232,10 @@ async def cut_over(conn: AsyncConnection, live: Live, p: Projection) -> list[New
     return [
         operation_event(p, {"state": "succeeded", **counters(done),
                             "result": {"projection_generation_id": p.projection_generation_id}}),
-        NewEvent(kind=ev.CORPUS_RETRIEVAL_CHANGED, org_id=p.org_id, corpus_id=p.corpus_id, subject_type="corpus",
-                 subject_id=p.corpus_id,
-                 payload={"corpus_id": p.corpus_id, "retrieval": p.retrieval, "vector_spaces": p.vector_spaces,
-                          "projection_generation_id": p.projection_generation_id}),
+        NewEvent(org_id=p.org_id, corpus_id=p.corpus_id, subject_type="corpus", subject_id=p.corpus_id,
+                 payload=ev.CorpusRetrievalChanged(corpus_id=p.corpus_id, retrieval=p.retrieval,
+                                                   vector_spaces=p.vector_spaces,
+                                                   projection_generation_id=p.projection_generation_id)),
     ]
 
 

@@ -65,8 +65,7 @@ class Embeddable:
     @classmethod
     def of(cls, e: JournalEvent) -> "Embeddable":
         p = e.payload
-        return cls(e.org_id, p["source"]["corpus_id"], p["record_id"], p["version_id"], p["receipt_id"],
-                   p["manifest"])
+        return cls(e.org_id, p.source.corpus_id, p.record_id, p.version_id, p.receipt_id, p.manifest)
 
 
 class VectorProjector(GenerationFold):
@@ -149,8 +148,8 @@ class VectorProjector(GenerationFold):
 
     async def fold(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
         current = [Embeddable.of(e) for e in await self._in_vector_corpora(conn, still_current(events))]
-        touched = {e.payload["record_id"] for e in events if e.kind in (ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN)}
-        gained = [e for e in events if e.kind == ev.CORPUS_RETRIEVAL_CHANGED and SPACE in e.payload["vector_spaces"]]
+        touched = {e.payload.record_id for e in events if e.kind in (ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN)}
+        gained = [e for e in events if e.kind == ev.CORPUS_RETRIEVAL_CHANGED and SPACE in e.payload.vector_spaces]
         vectors = await self._embed(current)
 
         async with self.checkpointed(conn, events[-1].position):
@@ -195,9 +194,9 @@ class VectorProjector(GenerationFold):
                                      (SPACE, list({k[0].version_id for k in keys})))
             added = await cur.fetchall()
         await append(conn, [
-            NewEvent(kind=ev.RECORD_ENRICHED, org_id=v.org_id, corpus_id=v.corpus_id, subject_type="record",
+            NewEvent(org_id=v.org_id, corpus_id=v.corpus_id, subject_type="record",
                      subject_id=v.record_id, version_id=v.version_id, receipt_id=v.receipt_id,
-                     payload={"record_id": v.record_id, "version_id": v.version_id, "space": SPACE})
+                     payload=ev.RecordEnriched(record_id=v.record_id, version_id=v.version_id, space=SPACE))
             for v in items
         ])
         return added
@@ -248,9 +247,9 @@ class VectorProjector(GenerationFold):
         async with conn.transaction():
             cur = await conn.execute(
                 "SELECT org_id, corpus_id FROM corpus_projections WHERE state = 'serving' AND vector_spaces ? %s"
-                " AND corpus_id = ANY(%s)", (SPACE, list({e.payload["source"]["corpus_id"] for e in accepted})))
+                " AND corpus_id = ANY(%s)", (SPACE, list({e.payload.source.corpus_id for e in accepted})))
             with_space = {(r[0], r[1]) for r in await cur.fetchall()}
-        return [e for e in accepted if (e.org_id, e.payload["source"]["corpus_id"]) in with_space]
+        return [e for e in accepted if (e.org_id, e.payload.source.corpus_id) in with_space]
 
     def _maybe_snapshot(self, force: bool) -> None:
         now = time.monotonic()

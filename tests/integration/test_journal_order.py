@@ -12,7 +12,15 @@ import asyncio
 import psycopg
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from contentsvc.journal.events import NewEvent
+from contentsvc.journal.events import EventPayload, NewEvent
+
+
+class Appended(EventPayload, kw_only=True, tag="test.appended"):
+    """A kind outside the catalogue: the journal carries it all the same."""
+
+    w: int
+    n: int
+    i: int
 from contentsvc.journal.store import append, head, read_after, transaction
 
 
@@ -20,8 +28,8 @@ async def _writer(url: str, writer: int, batches: list[int], appended: list[str]
     async with await psycopg.AsyncConnection.connect(url) as conn:
         for n, size in enumerate(batches):
             events = [
-                NewEvent(kind="test.appended", org_id="order-test", subject_type="test",
-                         subject_id=f"w{writer}-{n}-{i}", payload={"w": writer, "n": n, "i": i})
+                NewEvent(org_id="order-test", subject_type="test", subject_id=f"w{writer}-{n}-{i}",
+                         payload=Appended(w=writer, n=n, i=i))
                 for i in range(size)
             ]
             async with transaction(conn):

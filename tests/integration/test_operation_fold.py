@@ -34,8 +34,8 @@ moves = st.lists(
 
 
 def _event(operation_id: str, moved: dict) -> NewEvent:
-    return NewEvent(kind=ev.OPERATION_CHANGED, org_id="org_fold", corpus_id="c", subject_type="operation",
-                    subject_id=operation_id, payload={"operation": {"operation_id": operation_id, **moved}})
+    return NewEvent(org_id="org_fold", corpus_id="c", subject_type="operation", subject_id=operation_id,
+                    payload=ev.OperationChanged(operation=ev.OperationMoves(operation_id=operation_id, **moved)))
 
 
 def _python(start: dict, sequence: list[dict]) -> dict:

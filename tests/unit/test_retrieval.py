@@ -7,15 +7,19 @@ import pytest
 from contentsvc.domain.models import FieldMapping, RetrievalConfig
 from contentsvc.domain.retrieval import DEFAULT_RETRIEVAL, IndexTexts, effective_retrieval, resolve, source_view
 from contentsvc.domain.errors import ApiError
+from contentsvc.journal.events import RecordAccepted, Source
 
-PAYLOAD = {
-    "manifest": {"parts": [
+PAYLOAD = RecordAccepted(
+    record_id="rec_x", version_id="ver_x", receipt_id="rcp_x",
+    source=Source(corpus_id="c", namespace="n", record_key="k"),
+    manifest={"parts": [
         {"key": "title", "role": "title", "content": {"kind": "text", "text": "The title"}},
         {"key": "body", "role": "body", "content": {"kind": "text", "text": "The body"}},
     ]},
-    "provenance": {"producer": "feeder"},
-    "extensions": {"example": {"schema_version": "1", "data": {"a/b": "slash", "m~n": "tilde", "tags": ["x", "y", 3]}}},
-}
+    provenance={"producer": "feeder"},
+    extensions={"example": {"schema_version": "1", "data": {"a/b": "slash", "m~n": "tilde", "tags": ["x", "y", 3]}}},
+    accepted_at="2025-01-01T00:00:00Z", created_at="2025-01-01T00:00:00Z",
+)
 
 
 def test_pointers_resolve_in_the_canonical_source_view():

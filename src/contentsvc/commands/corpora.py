@@ -40,19 +40,18 @@ async def create_corpus(conn: AsyncConnection, p: Principal, req: CorpusRequest)
         if await existing_corpora(conn, p.org_id, [corpus_id]):
             raise ApiError(409, "corpus_exists", f"Corpus {corpus_id!r} already exists.", field="/corpus_id")
         event = NewEvent(
-            kind=ev.CORPUS_CREATED,
             org_id=p.org_id,
             corpus_id=corpus_id,
             subject_type="corpus",
             subject_id=corpus_id,
-            payload={
-                "corpus_id": corpus_id,
-                "name": req.name,
-                "retrieval": retrieval,
-                "projection_generation_id": new_id("gen"),
-                "vector_spaces": [SPACE] if engine_vectors_enabled() else [],
-                "created_at": utc_now(),
-            },
+            payload=ev.CorpusCreated(
+                corpus_id=corpus_id,
+                name=req.name,
+                retrieval=retrieval,
+                projection_generation_id=new_id("gen"),
+                vector_spaces=[SPACE] if engine_vectors_enabled() else [],
+                created_at=utc_now(),
+            ),
         )
         await fold(conn, [event])
         await append(conn, [event])

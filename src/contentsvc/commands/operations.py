@@ -10,8 +10,7 @@ waits for it.
 
 from __future__ import annotations
 
-from typing import Any
-
+import msgspec
 from psycopg import AsyncConnection
 
 from contentsvc.commands import idempotency
@@ -21,6 +20,7 @@ from contentsvc.domain.canonical import request_digest
 from contentsvc.domain.models import ActionRequest, ConfigUpdate, KeyedActionRequest
 from contentsvc.domain.retrieval import effective_retrieval
 from contentsvc.domain.errors import ApiError, not_found
+from contentsvc.journal import events as ev
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.readmodel.corpora import corpus_or_404
@@ -28,13 +28,13 @@ from contentsvc.readmodel.fold import fold
 
 
 async def _accept(conn: AsyncConnection, p: Principal, corpus_id: str, family: str, key: str, digest: bytes,
-                  request: dict[str, Any], previous_operation_id: str | None = None) -> tuple[str, bool]:
+                  request: ev.OperationRequest, previous_operation_id: str | None = None) -> tuple[str, bool]:
     """Claim the key and append a new queued Operation; (operation_id, replayed)."""
     operation_id = ops.new_operation_id()
     prior = await idempotency.claim_one(conn, p.org_id, family, key, digest, 202, "operation", operation_id)
     if prior is not None:
         return prior, True
-    operation = {"kind": request["kind"], "state": "queued", "corpus_id": corpus_id,
+    operation = {"kind": request.kind, "state": "queued", "corpus_id": corpus_id,
                  "counters": {"versions_in_scope": 0, "versions_done": 0}, "errors": []}
     if previous_operation_id is not None:
         operation["previous_operation_id"] = previous_operation_id
@@ -51,7 +51,7 @@ async def configure_retrieval(conn: AsyncConnection, p: Principal, corpus_id: st
         await corpus_or_404(conn, p, corpus_id)
         return await _accept(conn, p, corpus_id, f"retrieval:{corpus_id}", req.idempotency_key,
                              request_digest(req, corpus_id=corpus_id),
-                             {"kind": ops.RETRIEVAL_CONFIGURATION, "retrieval": retrieval})
+                             ev.OperationRequest(kind=ops.RETRIEVAL_CONFIGURATION, retrieval=retrieval))
 
 
 async def rebuild_corpus(conn: AsyncConnection, p: Principal, corpus_id: str,
@@ -59,7 +59,8 @@ async def rebuild_corpus(conn: AsyncConnection, p: Principal, corpus_id: str,
     async with journal_transaction(conn):
         await corpus_or_404(conn, p, corpus_id)
         return await _accept(conn, p, corpus_id, f"rebuild:{corpus_id}", req.idempotency_key,
-                             request_digest(req, corpus_id=corpus_id), {"kind": ops.PROJECTION_REBUILD})
+                             request_digest(req, corpus_id=corpus_id),
+                             ev.OperationRequest(kind=ops.PROJECTION_REBUILD))
 
 
 async def find_operation(conn: AsyncConnection, p: Principal, operation_id: str, *, for_update: bool = False):
@@ -95,5 +96,6 @@ async def rerun_operation(conn: AsyncConnection, p: Principal, operation_id: str
                            f"Operation {operation_id} is {doc['state']}; only a finished Operation can be rerun.")
         await corpus_or_404(conn, p, corpus_id)  # eligibility is checked again: the Corpus must still be there
         return await _accept(conn, p, corpus_id, f"rerun:{operation_id}", req.idempotency_key,
-                             request_digest(req, operation_id=operation_id), request,
+                             request_digest(req, operation_id=operation_id),
+                             msgspec.convert(request, ev.OperationRequest),  # the read model keeps it as accepted
                              previous_operation_id=operation_id)

@@ -26,13 +26,13 @@ from contentsvc.domain.clock import utc_now
 
 
 
-async def verified_blobs(conn: AsyncConnection, org_id: str, blob_ids: list[str]) -> dict[str, dict[str, Any]]:
+async def verified_blobs(conn: AsyncConnection, org_id: str, blob_ids: list[str]) -> dict[str, ev.VerifiedBlob]:
     """The verified Blobs among blob_ids, of this Organization only (possessing an id grants nothing)."""
     cur = await conn.execute(
         "SELECT blob_id, sha256, size_bytes, storage_key FROM blobs WHERE org_id = %s AND blob_id = ANY(%s)",
         (org_id, blob_ids),
     )
-    return {r[0]: {"sha256": r[1], "size_bytes": r[2], "storage_key": r[3]} for r in await cur.fetchall()}
+    return {r[0]: ev.VerifiedBlob(sha256=r[1], size_bytes=r[2], storage_key=r[3]) for r in await cur.fetchall()}
 
 
 UPLOAD_COLUMNS = """upload_id, org_id, blob_id, state, step, media_type, size_bytes, sha256, filename, expires_at,
@@ -51,10 +51,9 @@ async def load_upload(conn: AsyncConnection, upload_id: str, org_id: str | None 
     return await cur.fetchone()
 
 
-def _upload_event(kind: str, row_or_org: dict[str, Any] | str, upload_id: str, payload: dict[str, Any]) -> NewEvent:
-    org_id = row_or_org if isinstance(row_or_org, str) else row_or_org["org_id"]
-    return NewEvent(kind=kind, org_id=org_id, subject_type="upload", subject_id=upload_id,
-                    payload={"upload_id": upload_id, **payload})
+def _upload_event(org_id: str, payload: ev.UploadCreated | ev.UploadReceived | ev.UploadVerified | ev.UploadFailed
+                  ) -> NewEvent:
+    return NewEvent(org_id=org_id, subject_type="upload", subject_id=payload.upload_id, payload=payload)
 
 
 async def create_upload(conn: AsyncConnection, p: Principal, req: UploadRequest, ttl_seconds: int) -> tuple[str, bool]:
@@ -67,15 +66,16 @@ async def create_upload(conn: AsyncConnection, p: Principal, req: UploadRequest,
             return prior, True
         now = datetime.now(timezone.utc)
         expires_at = now.replace(microsecond=0) + timedelta(seconds=ttl_seconds)  # the URL carries whole seconds
-        event = _upload_event(ev.UPLOAD_CREATED, p.org_id, upload_id, {
-            "blob_id": new_id("blob"),
-            "media_type": req.media_type,
-            "size_bytes": req.size_bytes,
-            "sha256": req.sha256,
-            "filename": req.filename,
-            "expires_at": up.utc(expires_at),
-            "created_at": up.utc(now),
-        })
+        event = _upload_event(p.org_id, ev.UploadCreated(
+            upload_id=upload_id,
+            blob_id=new_id("blob"),
+            media_type=req.media_type,
+            size_bytes=req.size_bytes,
+            sha256=req.sha256,
+            filename=req.filename,
+            expires_at=up.utc(expires_at),
+            created_at=up.utc(now),
+        ))
         await fold(conn, [event])  # readable (and PUT-able) the instant the 201 leaves
         await append(conn, [event])
     return upload_id, False
@@ -96,12 +96,13 @@ async def receive_upload(conn: AsyncConnection, upload_id: str, size: int, sha25
         if row["step"] > 0:
             raise already_received(row["state"])
         storage_key = await store_content()
-        event = _upload_event(ev.UPLOAD_RECEIVED, row, upload_id, {
-            "size_bytes": size,
-            "sha256": sha256,
-            "storage_key": storage_key,
-            "received_at": utc_now(),
-        })
+        event = _upload_event(row["org_id"], ev.UploadReceived(
+            upload_id=upload_id,
+            size_bytes=size,
+            sha256=sha256,
+            storage_key=storage_key,
+            received_at=utc_now(),
+        ))
         await fold(conn, [event])
         await append(conn, [event])
 
@@ -123,23 +124,25 @@ async def confirm_upload(conn: AsyncConnection, p: Principal, upload_id: str, re
         event = None
         if row["state"] == "awaiting_upload":
             if datetime.now(timezone.utc) >= row["expires_at"]:
-                event = _upload_event(ev.UPLOAD_FAILED, row, upload_id,
-                                      {"error": up.EXPIRED_ERROR, "failed_at": utc_now()})
+                event = _upload_event(row["org_id"], ev.UploadFailed(upload_id=upload_id, error=up.EXPIRED_ERROR,
+                                                                     failed_at=utc_now()))
         elif row["state"] == "verifying":
             error = up.verdict(row["size_bytes"], row["sha256"], row["received_size"], row["received_sha256"])
             if error is None and row["storage_key"] is None:  # cannot happen: matching bytes are always stored
                 error = {"code": "checksum_mismatch", "retryable": False, "message": "The bytes were not stored."}
             if error is None:
-                event = _upload_event(ev.UPLOAD_VERIFIED, row, upload_id, {
-                    "blob_id": row["blob_id"],
-                    "media_type": row["media_type"],
-                    "size_bytes": row["received_size"],
-                    "sha256": row["received_sha256"],
-                    "storage_key": row["storage_key"],
-                    "verified_at": utc_now(),
-                })
+                event = _upload_event(row["org_id"], ev.UploadVerified(
+                    upload_id=upload_id,
+                    blob_id=row["blob_id"],
+                    media_type=row["media_type"],
+                    size_bytes=row["received_size"],
+                    sha256=row["received_sha256"],
+                    storage_key=row["storage_key"],
+                    verified_at=utc_now(),
+                ))
             else:
-                event = _upload_event(ev.UPLOAD_FAILED, row, upload_id, {"error": error, "failed_at": utc_now()})
+                event = _upload_event(row["org_id"], ev.UploadFailed(upload_id=upload_id, error=error,
+                                                                     failed_at=utc_now()))
         if event is not None:
             await fold(conn, [event])
             await append(conn, [event])

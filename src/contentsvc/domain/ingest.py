@@ -56,31 +56,37 @@ def unverified_blob(field: str) -> ApiError:
                     "its bytes, confirm it and poll until it is verified.", field=field)
 
 
-def _accepted(kind: str, org_id: str, cmd: IngestCommand | WithdrawalCommand, receipt_id: str, accepted_at: str,
-              **payload: Any) -> NewEvent:
+def _source(cmd: IngestCommand | WithdrawalCommand) -> ev.Source:
+    s = cmd.source
+    return ev.Source(corpus_id=s.corpus_id, namespace=s.namespace, record_key=s.record_key)
+
+
+def _accepted(org_id: str, cmd: IngestCommand | WithdrawalCommand, payload: ev.IngestAccepted | ev.WithdrawalAccepted
+              ) -> NewEvent:
     """A source command accepted under its Receipt: the event the materializer reads."""
-    return NewEvent(kind=kind, org_id=org_id, corpus_id=cmd.source.corpus_id, subject_type="receipt",
-                    subject_id=receipt_id, receipt_id=receipt_id,
-                    payload={"receipt_id": receipt_id, "source": msgspec.to_builtins(cmd.source), **payload,
-                             "accepted_at": accepted_at})
+    return NewEvent(org_id=org_id, corpus_id=cmd.source.corpus_id, subject_type="receipt",
+                    subject_id=payload.receipt_id, receipt_id=payload.receipt_id, payload=payload)
 
 
 def ingest_accepted(org_id: str, cmd: IngestCommand, receipt_id: str, accepted_at: str,
-                    blobs: dict[str, dict[str, Any]] | None = None) -> NewEvent:
-    """blobs: the verified Blobs the command references, by blob_id (sha256, size_bytes, storage_key),
-    so that the materializer can tell whether a Blob is still the verified accepted input."""
+                    blobs: dict[str, ev.VerifiedBlob] | None = None) -> NewEvent:
+    """blobs: the verified Blobs the command references, by blob_id, so that the
+    materializer can tell whether a Blob is still the verified accepted input."""
     provenance: dict[str, Any] = msgspec.to_builtins(cmd.provenance) if cmd.provenance else {"origin": "client"}
     provenance["accepted_at"] = accepted_at
-    return _accepted(
-        ev.INGEST_ACCEPTED, org_id, cmd, receipt_id, accepted_at,
+    return _accepted(org_id, cmd, ev.IngestAccepted(
+        receipt_id=receipt_id,
+        source=_source(cmd),
         content=msgspec.to_builtins(cmd.content),
         title=cmd.title,
         provenance=provenance,
         extensions=msgspec.to_builtins(cmd.extensions) if cmd.extensions else None,
         relations=msgspec.to_builtins(cmd.relations or []),
-        **({"blobs": blobs} if blobs else {}),
-    )
+        accepted_at=accepted_at,
+        blobs=blobs or msgspec.UNSET,
+    ))
 
 
 def withdrawal_accepted(org_id: str, cmd: WithdrawalCommand, receipt_id: str, accepted_at: str) -> NewEvent:
-    return _accepted(ev.WITHDRAWAL_ACCEPTED, org_id, cmd, receipt_id, accepted_at, reason=cmd.reason)
+    return _accepted(org_id, cmd, ev.WithdrawalAccepted(receipt_id=receipt_id, source=_source(cmd),
+                                                        reason=cmd.reason, accepted_at=accepted_at))

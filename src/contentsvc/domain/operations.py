@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from msgspec import UNSET
+
 from contentsvc.domain.ids import new_id
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import NewEvent
@@ -43,14 +45,13 @@ def merge(current: dict[str, Any], moved: dict[str, Any]) -> dict[str, Any]:
 
 
 def changed(org_id: str, corpus_id: str, operation_id: str, moved: dict[str, Any],
-            request: dict[str, Any] | None = None) -> NewEvent:
-    """The `operation.changed` event reporting `moved`; an acceptance also carries the request
-    the lexical projector acts on (kept out of the public Operation)."""
-    payload: dict[str, Any] = {"operation": {"operation_id": operation_id, **moved}}
-    if request is not None:
-        payload["request"] = request
-    return NewEvent(kind=ev.OPERATION_CHANGED, org_id=org_id, corpus_id=corpus_id, subject_type="operation",
-                    subject_id=operation_id, payload=payload)
+            request: ev.OperationRequest | None = None) -> NewEvent:
+    """The `operation.changed` event reporting `moved` (members of the Operation); an acceptance
+    also carries the request the lexical projector acts on (kept out of the public Operation)."""
+    payload = ev.OperationChanged(operation=ev.OperationMoves(operation_id=operation_id, **moved),
+                                  request=UNSET if request is None else request)
+    return NewEvent(org_id=org_id, corpus_id=corpus_id, subject_type="operation", subject_id=operation_id,
+                    payload=payload)
 
 
 def projection_generation_for(operation_id: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from contentsvc.domain.models import RetrievalConfig
 from contentsvc.domain.errors import ApiError
+from contentsvc.journal.events import RecordAccepted
 
 INSTALLED_PROFILES = ("default", "example.editorial")
 DECLARED_EXTENSION_NAMESPACES = ("example",)
@@ -72,9 +73,9 @@ def effective_retrieval(config: RetrievalConfig | None, field_prefix: str = "/re
 TEXT_POINTER = "/manifest/text"  # all text Parts: indexed Part by Part, so hits cite a Part
 
 
-def source_view(payload: dict) -> dict:
-    """The canonical source view of a Version (record.accepted payload) that pointers address."""
-    manifest = payload["manifest"]
+def source_view(version: RecordAccepted) -> dict:
+    """The canonical source view of a Version (its record.accepted payload) that pointers address."""
+    manifest = version.manifest
     texts = [p for p in manifest["parts"] if p["content"].get("kind") == "text"]
     return {
         "manifest": {
@@ -82,8 +83,8 @@ def source_view(payload: dict) -> dict:
             "title": " ".join(p["content"]["text"] for p in texts if p["role"] == "title"),
             "text": "\n".join(p["content"]["text"] for p in texts),
         },
-        "provenance": payload.get("provenance") or {},
-        "extensions": payload.get("extensions") or {},
+        "provenance": version.provenance or {},
+        "extensions": version.extensions or {},
     }
 
 
@@ -115,8 +116,8 @@ class IndexTexts:
     (the `body` field on its default pointer), and the other search fields' text,
     indexed once per Version."""
 
-    def __init__(self, retrieval: dict, payload: dict) -> None:
-        view = source_view(payload)
+    def __init__(self, retrieval: dict, version: RecordAccepted) -> None:
+        view = source_view(version)
         self.title = ""
         self.parts_searched = False
         extra: list[str] = []

@@ -16,10 +16,10 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator, Iterable
 
 from psycopg import AsyncConnection
-from psycopg.rows import class_row
-from psycopg.types.json import Jsonb
+from psycopg.rows import RowMaker
 
-from contentsvc.storage import database  # noqa: F401  (installs msgspec as the jsonb codec: payloads decode 3x faster)
+from contentsvc.storage import database  # noqa: F401  (installs msgspec as the jsonb codec for the read tables)
+from contentsvc.journal.codec import decode_payload, fetch_payloads_raw, jsonb_payload
 from contentsvc.journal.events import JournalEvent, NewEvent
 
 NOTIFY_CHANNEL = "contentsvc_journal"
@@ -77,7 +77,7 @@ async def append(conn: AsyncConnection, events: Iterable[NewEvent]) -> None:
         [e.subject_id for e in events],
         [e.version_id for e in events],
         [e.receipt_id for e in events],
-        [Jsonb(e.payload) for e in events],
+        [jsonb_payload(e.payload) for e in events],
     )
     # journal_append (schema/004): takes the journal lock, draws positions, inserts, notifies NOTIFY_CHANNEL.
     await conn.execute(_APPEND, columns)
@@ -87,7 +87,8 @@ async def read_after(conn: AsyncConnection, position: int, limit: int,
                      kinds: list[str] | None = None) -> list[JournalEvent]:
     """Events after a position, in order; only those of `kinds` when given (a replay that
     needs few kinds then decodes no other payload)."""
-    cur = conn.cursor(row_factory=class_row(JournalEvent))
+    cur = conn.cursor(row_factory=_journal_event)
+    fetch_payloads_raw(cur)
     if kinds is None:
         await cur.execute(f"SELECT {_COLUMNS} FROM journal WHERE position > %s ORDER BY position LIMIT %s",
                           (position, limit))
@@ -95,6 +96,17 @@ async def read_after(conn: AsyncConnection, position: int, limit: int,
         await cur.execute(f"SELECT {_COLUMNS} FROM journal WHERE position > %s AND kind = ANY(%s)"
                           " ORDER BY position LIMIT %s", (position, kinds, limit))
     return await cur.fetchall()
+
+
+def _journal_event(cursor) -> RowMaker[JournalEvent]:
+    def make(row) -> JournalEvent:
+        (position, event_id, kind, public, org_id, corpus_id, subject_type, subject_id, version_id, receipt_id,
+         payload, committed_at) = row
+        return JournalEvent(position=position, event_id=event_id, kind=kind, public=public, org_id=org_id,
+                            corpus_id=corpus_id, subject_type=subject_type, subject_id=subject_id,
+                            version_id=version_id, receipt_id=receipt_id, payload=decode_payload(kind, payload),
+                            committed_at=committed_at)
+    return make
 
 
 async def head(conn: AsyncConnection) -> int:

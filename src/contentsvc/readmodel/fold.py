@@ -19,6 +19,8 @@ kind, the last event for a row wins, as if applied one by one.
 
 from __future__ import annotations
 
+import msgspec
+from msgspec import UNSET
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
@@ -140,25 +142,26 @@ WHERE up.upload_id = u.upload_id AND up.step < 2
 
 def _corpus(e) -> tuple:
     p = e.payload
-    return (e.org_id, p["corpus_id"], p["name"], Jsonb(p["retrieval"]), p["projection_generation_id"],
-            Jsonb(p["vector_spaces"]), p["created_at"])
+    return (e.org_id, p.corpus_id, p.name, Jsonb(p.retrieval), p.projection_generation_id, Jsonb(p.vector_spaces),
+            p.created_at)
 
 
 def _first_projection(e) -> tuple:
     p = e.payload
-    return (p["projection_generation_id"], e.org_id, p["corpus_id"], Jsonb(p["retrieval"]), Jsonb(p["vector_spaces"]))
+    return (p.projection_generation_id, e.org_id, p.corpus_id, Jsonb(p.retrieval), Jsonb(p.vector_spaces))
 
 
 def _retrieval_changed(e) -> tuple:
     p = e.payload
-    return (f"{e.org_id}/{e.corpus_id}", e.org_id, e.corpus_id, Jsonb(p["retrieval"]), p["projection_generation_id"],
-            Jsonb(p["vector_spaces"]))
+    return (f"{e.org_id}/{e.corpus_id}", e.org_id, e.corpus_id, Jsonb(p.retrieval), p.projection_generation_id,
+            Jsonb(p.vector_spaces))
 
 
 def _operation(e) -> tuple:
     p = e.payload
-    return (p["operation"]["operation_id"], e.org_id, e.corpus_id, Jsonb(p["operation"]),
-            Jsonb(p.get("request") or {}))
+    # As documents: the in-batch merge (domain/operations.merge) works on the members present.
+    return (p.operation.operation_id, e.org_id, e.corpus_id, Jsonb(msgspec.to_builtins(p.operation)),
+            Jsonb(msgspec.to_builtins(p.request) if p.request is not UNSET else {}))
 
 
 def _operation_moves(earlier: tuple, later: tuple) -> tuple:
@@ -168,71 +171,68 @@ def _operation_moves(earlier: tuple, later: tuple) -> tuple:
 
 def _receipt(e) -> tuple:
     p = e.payload
-    s = p["source"]
-    return (p["receipt_id"], e.org_id, s["corpus_id"], s["namespace"], s["record_key"], p["accepted_at"])
+    s = p.source
+    return (p.receipt_id, e.org_id, s.corpus_id, s.namespace, s.record_key, p.accepted_at)
 
 
 def _record(e) -> tuple:
     p = e.payload
-    s = p["source"]
-    return (p["record_id"], e.org_id, s["corpus_id"], s["namespace"], s["record_key"], p["version_id"],
-            p["created_at"])
+    s = p.source
+    return (p.record_id, e.org_id, s.corpus_id, s.namespace, s.record_key, p.version_id, p.created_at)
 
 
 def _version(e) -> tuple:
     p = e.payload
-    return (p["version_id"], p["record_id"], e.org_id, p["source"]["corpus_id"], p["receipt_id"],
-            Jsonb(p["manifest"]), Jsonb(p["provenance"]), Jsonb(p["extensions"]) if p.get("extensions") else None,
-            Jsonb(p["relations"]), p["accepted_at"], p["created_at"], Jsonb(p.get("diagnostics") or []))
+    return (p.version_id, p.record_id, e.org_id, p.source.corpus_id, p.receipt_id, Jsonb(p.manifest),
+            Jsonb(p.provenance), Jsonb(p.extensions) if p.extensions else None, Jsonb(p.relations), p.accepted_at,
+            p.created_at, Jsonb(p.diagnostics))
 
 
 def _withdrawn(e) -> tuple:
     p = e.payload
-    s = p["source"]
-    return (p["record_id"], e.org_id, s["corpus_id"], s["namespace"], s["record_key"], p["withdrawn_at"])
+    s = p.source
+    return (p.record_id, e.org_id, s.corpus_id, s.namespace, s.record_key, p.withdrawn_at)
 
 
 def _availability(e) -> tuple | None:
     p = e.payload
-    if "state" not in p:  # only currentness moved; is_current is derived from records
+    if p.state is UNSET:  # only currentness moved; is_current is derived from records
         return None
-    return (p["version_id"], p["state"], p["searchable"])
+    return (p.version_id, p.state, p.searchable)
 
 
 def _enriched(e) -> tuple:
-    return (e.payload["version_id"],)
+    return (e.payload.version_id,)
 
 
 def _resolved(e) -> tuple:
     p = e.payload
-    return (p["receipt_id"], p["outcome"], p["record_id"], p["version_id"], Jsonb(p["diagnostics"]),
-            p["resolved_at"])
+    return (p.receipt_id, p.outcome, p.record_id, p.version_id, Jsonb(p.diagnostics), p.resolved_at)
 
 
 def _upload_created(e) -> tuple:
     p = e.payload
-    return (p["upload_id"], e.org_id, p["blob_id"], p["media_type"], p["size_bytes"], p["sha256"], p.get("filename"),
-            p["expires_at"], p["created_at"])
+    return (p.upload_id, e.org_id, p.blob_id, p.media_type, p.size_bytes, p.sha256, p.filename, p.expires_at,
+            p.created_at)
 
 
 def _upload_received(e) -> tuple:
     p = e.payload
-    return (p["upload_id"], p["size_bytes"], p["sha256"], p.get("storage_key"))
+    return (p.upload_id, p.size_bytes, p.sha256, p.storage_key)
 
 
 def _upload_verified(e) -> tuple:
-    return (e.payload["upload_id"],)
+    return (e.payload.upload_id,)
 
 
 def _blob(e) -> tuple:
     p = e.payload
-    return (p["blob_id"], e.org_id, p["upload_id"], p["media_type"], p["size_bytes"], p["sha256"], p["storage_key"],
-            p["verified_at"])
+    return (p.blob_id, e.org_id, p.upload_id, p.media_type, p.size_bytes, p.sha256, p.storage_key, p.verified_at)
 
 
 def _upload_failed(e) -> tuple:
     p = e.payload
-    return (p["upload_id"], Jsonb(p["error"]))
+    return (p.upload_id, Jsonb(p.error))
 
 
 def _quarantine_sticks(earlier: tuple, later: tuple) -> tuple:

@@ -20,6 +20,7 @@ from pathlib import Path
 import tantivy
 
 from contentsvc.domain.retrieval import IndexTexts
+from contentsvc.journal.events import RecordAccepted
 
 ANALYZER = "contentsvc_en"
 SEGMENT_CHARS = 4000  # code points per indexed segment of a long Part
@@ -139,17 +140,17 @@ class LexicalWriter:
     def remove_projection(self, projection: str) -> None:
         self.writer.delete_documents_by_term("projection", projection)
 
-    def add_version(self, org_id: str, projection: str, retrieval: dict, payload: dict) -> None:
+    def add_version(self, org_id: str, projection: str, retrieval: dict, version: RecordAccepted) -> None:
         """Index a Version (its record.accepted payload) into one projection generation."""
-        texts = IndexTexts(retrieval, payload)
-        source = payload["source"]
-        record_id, version_id = payload["record_id"], payload["version_id"]
-        _, segments = segments_of(payload["manifest"])
+        texts = IndexTexts(retrieval, version)
+        source = version.source
+        record_id, version_id = version.record_id, version.version_id
+        _, segments = segments_of(version.manifest)
         for i, seg in enumerate(segments):
             self.writer.add_document(tantivy.Document(
                 doc_id=f"{projection}/{version_id}/{seg.part_key}/{seg.start}",
-                org_id=org_id, corpus_id=source["corpus_id"], projection=projection,
-                record_in_projection=f"{projection}/{record_id}", namespace=source["namespace"],
+                org_id=org_id, corpus_id=source.corpus_id, projection=projection,
+                record_in_projection=f"{projection}/{record_id}", namespace=source.namespace,
                 record_id=record_id, version_id=version_id, part_key=seg.part_key, segment_start=seg.start,
                 title=texts.title, body=seg.text if texts.parts_searched else "",
                 fields=texts.extra if i == 0 else "",  # once per Version

@@ -92,7 +92,7 @@ async def timed_loop(url: str, connections: int, seconds: float, events_per_txn:
 
 async def bench_raw(database_url: str, texts: Texts, seconds: float) -> dict[str, Any]:
     from contentsvc.storage import database  # noqa: F401 - jsonb through msgspec, as the service does
-    from contentsvc.domain.ids import new_id
+    from contentsvc.ids import new_id
     from contentsvc.journal.codec import jsonb_payload
     from contentsvc.journal.events import NewEvent
     from contentsvc.journal.store import append

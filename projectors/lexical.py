@@ -45,7 +45,7 @@ from contentsvc.search.lexical_index import LexicalWriter
 
 log = get_logger("contentsvc.projector.lexical")
 
-KIND = "lexical"
+KIND = generations.LEXICAL
 
 
 def availability_event(e: JournalEvent, state: str, searchable: bool) -> NewEvent:

@@ -35,7 +35,7 @@ from psycopg import AsyncConnection
 from contentsvc.storage.blobstore import BlobStore, FilesystemBlobStore, read_chunks
 from contentsvc.config import MAX_TEXT_BLOB_BYTES, Settings
 from contentsvc.domain.normalize import TextPathError, blob_text, build_manifest, manifest_digest, text_route_refusal
-from contentsvc.domain.ids import new_id
+from contentsvc.ids import new_id
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
 from contentsvc.journal.store import append

@@ -38,7 +38,7 @@ from contentsvc.search.vector_index import SPACE
 
 log = get_logger("contentsvc.projector.vectors")
 
-KIND = "vectors"
+KIND = generations.VECTORS
 SNAPSHOT_EVERY_SECONDS = 2.0
 
 

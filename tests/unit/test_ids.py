@@ -2,7 +2,7 @@
 
 from hypothesis import given, strategies as st
 
-from contentsvc.domain.ids import new_id
+from contentsvc.ids import new_id
 
 
 @given(st.integers(2, 200))

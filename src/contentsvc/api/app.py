@@ -20,11 +20,11 @@ from contentsvc.config import MAX_BATCH_BYTES, Settings
 from contentsvc.storage.database import async_pool
 from contentsvc.domain.cursors import CursorCodec
 from contentsvc.domain.errors import ApiError, storage_unavailable
-from contentsvc.domain.ids import new_id
+from contentsvc.ids import new_id
 from contentsvc.journal.store import PROGRESS_CHANNEL
 from contentsvc.logging import get_logger
+from contentsvc.search import generations
 from contentsvc.search.service import LexicalSearcher, VectorSearcher
-from contentsvc.projectors.lexical import KIND as LEXICAL_PROJECTOR
 
 log = get_logger("contentsvc.api")
 
@@ -111,7 +111,7 @@ async def _listen(url: str, feed_moved: FeedTicker, lexical_moved: FeedTicker) -
                 async for notice in conn.notifies():
                     if notice.payload == FEED_PROJECTOR:
                         feed_moved.bump()
-                    elif notice.payload == LEXICAL_PROJECTOR:
+                    elif notice.payload == generations.LEXICAL:
                         lexical_moved.bump()
         except asyncio.CancelledError:
             raise

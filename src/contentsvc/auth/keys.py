@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from contentsvc.domain.ids import new_id
+from contentsvc.ids import new_id
 
 ORGANIZATION_ACTIONS = (
     "content:read",

@@ -11,7 +11,7 @@ from contentsvc.domain.canonical import request_digest
 from contentsvc.domain.models import CorpusRequest
 from contentsvc.domain.retrieval import effective_retrieval
 from contentsvc.domain.errors import ApiError
-from contentsvc.domain.ids import new_id
+from contentsvc.ids import new_id
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append

@@ -23,7 +23,7 @@ from contentsvc.domain.ingest import (
 )
 from contentsvc.domain.models import IngestCommand, WithdrawalCommand
 from contentsvc.domain.errors import ApiError, not_found
-from contentsvc.domain.ids import new_id
+from contentsvc.ids import new_id
 from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction

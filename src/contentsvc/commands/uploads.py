@@ -14,7 +14,7 @@ from contentsvc.domain.canonical import request_digest
 from contentsvc.domain import uploads as up
 from contentsvc.domain.models import ActionRequest, UploadRequest
 from contentsvc.domain.errors import ApiError, not_found
-from contentsvc.domain.ids import new_id
+from contentsvc.ids import new_id
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append

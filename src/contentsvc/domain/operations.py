@@ -13,7 +13,7 @@ from typing import Any
 
 from msgspec import UNSET
 
-from contentsvc.domain.ids import new_id
+from contentsvc.ids import new_id
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import NewEvent
 

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal, Union
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from contentsvc.domain.ids import new_id
+from contentsvc.ids import new_id
 
 Timestamp = str  # RFC 3339, UTC, as the contract writes it
 JsonObject = dict[str, Any]  # a client's JSON object, kept as given

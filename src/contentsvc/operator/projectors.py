@@ -78,7 +78,7 @@ async def _rebuild_corpus(url: str, corpus_id: str, org_id: str | None) -> int:
     """A rebuild Operation accepted on the operator's behalf, followed to its end."""
     from contentsvc.auth.principal import Principal
     from contentsvc.domain.models import KeyedActionRequest
-    from contentsvc.domain.ids import new_id
+    from contentsvc.ids import new_id
     from contentsvc.commands.operations import rebuild_corpus
 
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:

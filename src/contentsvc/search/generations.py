@@ -7,8 +7,12 @@ from pathlib import Path
 
 from psycopg import AsyncConnection
 
-from contentsvc.domain.ids import new_id
+from contentsvc.ids import new_id
 from contentsvc.journal import checkpoints
+
+# The kinds of index generation; each is also the name of the projector that builds it.
+LEXICAL = "lexical"
+VECTORS = "vectors"
 
 
 @dataclass(frozen=True)

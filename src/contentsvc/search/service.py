@@ -59,7 +59,7 @@ class LexicalSearcher:
         """The index to search the `routed` projection generations in. A generation searched
         for the first time forces a reload: the read model routes to a new generation only
         after the commit that completed it, which this reader may not have seen yet."""
-        generation = await generations.serving(conn, lexical_index_kind())
+        generation = await generations.serving(conn, generations.LEXICAL)
         if generation is None:
             raise search_unavailable("no lexical generation has been built yet")
         path = generation.path(self.home)
@@ -77,10 +77,6 @@ class LexicalSearcher:
             self._routed_seen = set()
         self._routed_seen.update(routed)
         return self._index
-
-
-def lexical_index_kind() -> str:
-    return "lexical"
 
 
 class VectorSearcher:

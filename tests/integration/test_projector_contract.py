@@ -18,26 +18,25 @@ import uuid
 import psycopg
 import pytest
 from psycopg import AsyncConnection
-from psycopg.types.json import Jsonb
 from structlog.testing import capture_logs
 
 from contentsvc.journal import checkpoints
-from contentsvc.journal.events import JournalEvent
+from contentsvc.journal.events import JournalEvent, NewEvent, UploadFailed
+from contentsvc.journal.store import append
+from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.projectors.base import ExternalFold, TableFold
 from contentsvc.projectors.runner import run
 
 
 async def append_events(url: str, n: int) -> None:
     """n internal events (uploads that failed: no projector of the service acts on them)."""
-    ids = [uuid.uuid4().hex for _ in range(n)]
+    events = [NewEvent(org_id="contract", subject_type="upload", subject_id=f"upl_{i}",
+                       payload=UploadFailed(upload_id=f"upl_{i}", error={"code": "upload_expired"},
+                                            failed_at="2024-01-01T00:00:00Z"))
+              for i in (uuid.uuid4().hex for _ in range(n))]
     async with await AsyncConnection.connect(url, autocommit=True) as conn:
-        await conn.execute(
-            "SELECT journal_append(%s::text[], %s::text[], %s::bool[], %s::text[], %s::text[], %s::text[],"
-            " %s::text[], %s::text[], %s::text[], %s::jsonb[])",
-            ([f"evt_{i}" for i in ids], ["upload.failed"] * n, [False] * n, ["contract"] * n, [None] * n,
-             ["upload"] * n, [f"upl_{i}" for i in ids], [None] * n, [None] * n,
-             [Jsonb({"upload_id": f"upl_{i}", "error": "upload_expired", "failed_at": "2024-01-01T00:00:00+00:00"})
-              for i in ids]))
+        async with journal_transaction(conn):
+            await append(conn, events)
 
 
 async def head(conn: AsyncConnection) -> int:

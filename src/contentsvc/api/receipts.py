@@ -8,7 +8,7 @@ from contentsvc.api.http import respond, services
 from contentsvc.api.routes import Call, operation
 from contentsvc.domain.models import Receipt
 from contentsvc.domain.errors import not_found
-from contentsvc.readmodel.records import load_receipt
+from contentsvc.readmodel.receipts import load_receipt
 
 
 @operation("getReceipt", "GET", "/v0/ingestion-receipts/{receipt_id}", permission=("content:read",),

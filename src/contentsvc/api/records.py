@@ -8,10 +8,10 @@ import msgspec
 from litestar import Request, Response
 from msgspec import Meta
 
-from contentsvc.commands import idempotency, records as commands
 from contentsvc.api.http import page_after, respond, services
 from contentsvc.api.routes import Call, Query, operation
-from contentsvc.readmodel.changes import resync_url
+from contentsvc.commands import idempotency
+from contentsvc.commands import records as commands
 from contentsvc.config import (
     MAX_BATCH_BYTES,
     MAX_BATCH_ENTRIES,
@@ -20,6 +20,7 @@ from contentsvc.config import (
     RECORD_PAGE_MAX,
 )
 from contentsvc.domain.decoding import decode_body
+from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.domain.models import (
     BatchItem,
     BatchRequest,
@@ -34,9 +35,10 @@ from contentsvc.domain.models import (
     Version,
     WithdrawalCommand,
 )
-from contentsvc.domain.errors import ApiError, not_found
+from contentsvc.readmodel.changes import resync_url
 from contentsvc.readmodel.corpora import existing_corpora
-from contentsvc.readmodel.records import list_records, load_receipts, load_record, load_version, pending_receipt
+from contentsvc.readmodel.receipts import load_receipts, pending_receipt
+from contentsvc.readmodel.records import list_records, load_record, load_version
 
 RECORD_CURSOR = "records"
 

@@ -18,15 +18,23 @@ from litestar import Request, Response
 from litestar.exceptions import InternalServerException
 from msgspec import Meta
 
-from contentsvc.commands import uploads as commands
 from contentsvc.api.http import respond, services
 from contentsvc.api.routes import Call, Query, Stream, operation
-from contentsvc.storage.blobstore import BlobStore, FilesystemBlobStore, PipelinedWriter
+from contentsvc.commands import uploads as commands
 from contentsvc.domain import uploads as up
-from contentsvc.domain.models import ActionRequest, Blob, Error, NonEmpty, Upload, UploadRequest
-from contentsvc.domain.errors import ApiError, not_found
-from contentsvc.logging import get_logger
 from contentsvc.domain.clock import iso
+from contentsvc.domain.errors import ApiError, not_found
+from contentsvc.domain.models import (
+    ActionRequest,
+    Blob,
+    Error,
+    NonEmpty,
+    Upload,
+    UploadRequest,
+)
+from contentsvc.logging import get_logger
+from contentsvc.readmodel.uploads import load_upload
+from contentsvc.storage.blobstore import BlobStore, FilesystemBlobStore, PipelinedWriter
 
 log = get_logger("contentsvc.api.uploads")
 
@@ -91,7 +99,7 @@ async def create_upload(call: Call[UploadRequest, None]) -> Response:
                        f"({_mib(settings.max_blob_bytes)}).", field="/size_bytes")
     async with services(request).pool.connection() as conn:
         upload_id, replayed = await commands.create_upload(conn, p, req, settings.upload_url_ttl_seconds)
-        row = await commands.load_upload(conn, upload_id, p.org_id)
+        row = await load_upload(conn, upload_id, p.org_id)
     return respond(upload_view(request, row, await upload_secret(request)), 200 if replayed else 201,
                    _location(upload_id))
 
@@ -125,7 +133,7 @@ async def put_upload_content(call: Call[None, PresignedQuery], upload_id: str) -
         raise ApiError(410, "upload_expired", "The upload URL has expired; create a new upload.")
     svc = services(request)
     async with svc.pool.connection() as conn:
-        row = await commands.load_upload(conn, upload_id)
+        row = await load_upload(conn, upload_id)
     if row is None:
         raise not_found("upload")
     request.scope.setdefault("state", {})["org_id"] = row["org_id"]
@@ -158,7 +166,7 @@ async def put_upload_content(call: Call[None, PresignedQuery], upload_id: str) -
 
         async with svc.pool.connection() as conn:
             await commands.receive_upload(conn, upload_id, size, sha256, store_content)
-            row = await commands.load_upload(conn, upload_id)
+            row = await load_upload(conn, upload_id)
     finally:
         await pipe.abort()  # drops the temporary file; a no-op after commit
     return respond(upload_view(request, row, secret), 200, _location(upload_id))
@@ -171,7 +179,7 @@ async def confirm_upload(call: Call[ActionRequest | None, None], upload_id: str)
     request, p, req = call.request, call.principal, call.body
     async with services(request).pool.connection() as conn:
         await commands.confirm_upload(conn, p, upload_id, req)
-        row = await commands.load_upload(conn, upload_id, p.org_id)
+        row = await load_upload(conn, upload_id, p.org_id)
     return respond(upload_view(request, row, await upload_secret(request)), 202, _location(upload_id))
 
 
@@ -179,7 +187,7 @@ async def confirm_upload(call: Call[ActionRequest | None, None], upload_id: str)
 async def get_upload(call: Call[None, None], upload_id: str) -> Response:
     request = call.request
     async with services(request).pool.connection() as conn:
-        row = await commands.load_upload(conn, upload_id, call.principal.org_id)
+        row = await load_upload(conn, upload_id, call.principal.org_id)
     if row is None:
         raise not_found("upload")
     return respond(upload_view(request, row, await upload_secret(request)))

@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-
 from psycopg import AsyncConnection
 
-from contentsvc.commands import idempotency
 from contentsvc.auth.principal import Principal
+from contentsvc.commands import idempotency
 from contentsvc.domain.canonical import request_digest
+from contentsvc.domain.clock import utc_now
+from contentsvc.domain.errors import ApiError
 from contentsvc.domain.models import CorpusRequest
 from contentsvc.domain.retrieval import effective_retrieval
-from contentsvc.domain.errors import ApiError
 from contentsvc.ids import new_id
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.readmodel.corpora import existing_corpora
-from contentsvc.search.vector_index import SPACE, engine_vectors_enabled
 from contentsvc.readmodel.fold import fold
-
-
-from contentsvc.domain.clock import utc_now
+from contentsvc.search.vector_index import SPACE, engine_vectors_enabled
 
 
 async def create_corpus(conn: AsyncConnection, p: Principal, req: CorpusRequest) -> tuple[str, bool]:

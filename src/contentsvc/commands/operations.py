@@ -13,13 +13,13 @@ from __future__ import annotations
 import msgspec
 from psycopg import AsyncConnection
 
-from contentsvc.commands import idempotency
 from contentsvc.auth.principal import Principal
+from contentsvc.commands import idempotency
 from contentsvc.domain import operations as ops
 from contentsvc.domain.canonical import request_digest
+from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.domain.models import ActionRequest, ConfigUpdate, KeyedActionRequest
 from contentsvc.domain.retrieval import effective_retrieval
-from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.journal import events as ev
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction

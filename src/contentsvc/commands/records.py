@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 from psycopg import AsyncConnection
 
-from contentsvc.commands import idempotency
 from contentsvc.auth.principal import Principal
+from contentsvc.commands import idempotency
 from contentsvc.domain.canonical import request_digest
+from contentsvc.domain.clock import utc_now
+from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.domain.ingest import (
     blob_references,
     check_ingest,
@@ -22,17 +24,13 @@ from contentsvc.domain.ingest import (
     withdrawal_accepted,
 )
 from contentsvc.domain.models import IngestCommand, WithdrawalCommand
-from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.ids import new_id
 from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.readmodel.corpora import existing_corpora
 from contentsvc.readmodel.fold import fold
-
-
-from contentsvc.commands.uploads import verified_blobs
-from contentsvc.domain.clock import utc_now
+from contentsvc.readmodel.uploads import verified_blobs
 
 
 @dataclass(frozen=True)

@@ -3,52 +3,24 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 from psycopg import AsyncConnection
-from psycopg.rows import dict_row
 
-from contentsvc.commands import idempotency
 from contentsvc.auth.principal import Principal
-from contentsvc.domain.canonical import request_digest
+from contentsvc.commands import idempotency
 from contentsvc.domain import uploads as up
-from contentsvc.domain.models import ActionRequest, UploadRequest
+from contentsvc.domain.canonical import request_digest
+from contentsvc.domain.clock import utc_now
 from contentsvc.domain.errors import ApiError, not_found
+from contentsvc.domain.models import ActionRequest, UploadRequest
 from contentsvc.ids import new_id
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.readmodel.fold import fold
-
-
-from contentsvc.domain.clock import utc_now
-
-
-
-async def verified_blobs(conn: AsyncConnection, org_id: str, blob_ids: list[str]) -> dict[str, ev.VerifiedBlob]:
-    """The verified Blobs among blob_ids, of this Organization only (possessing an id grants nothing)."""
-    cur = await conn.execute(
-        "SELECT blob_id, sha256, size_bytes, storage_key FROM blobs WHERE org_id = %s AND blob_id = ANY(%s)",
-        (org_id, blob_ids),
-    )
-    return {r[0]: ev.VerifiedBlob(sha256=r[1], size_bytes=r[2], storage_key=r[3]) for r in await cur.fetchall()}
-
-
-UPLOAD_COLUMNS = """upload_id, org_id, blob_id, state, step, media_type, size_bytes, sha256, filename, expires_at,
-                    created_at, received_size, received_sha256, storage_key, error"""
-
-
-async def load_upload(conn: AsyncConnection, upload_id: str, org_id: str | None = None, *,
-                      for_update: bool = False) -> dict[str, Any] | None:
-    """The uploads row; org_id None only for the presigned PUT (its signature names the upload)."""
-    cur = conn.cursor(row_factory=dict_row)
-    await cur.execute(
-        f"SELECT {UPLOAD_COLUMNS} FROM uploads WHERE upload_id = %s AND (%s::text IS NULL OR org_id = %s)"
-        + (" FOR UPDATE" if for_update else ""),
-        (upload_id, org_id, org_id),
-    )
-    return await cur.fetchone()
+from contentsvc.readmodel.uploads import load_upload
 
 
 def _upload_event(org_id: str, payload: ev.UploadCreated | ev.UploadReceived | ev.UploadVerified | ev.UploadFailed

@@ -17,10 +17,10 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from contentsvc.auth.principal import Principal
-from contentsvc.domain.cursors import CursorCodec, InvalidCursor
-from contentsvc.domain.models import ChangeEvent, ChangeSubject
-from contentsvc.domain.errors import ApiError
 from contentsvc.domain.clock import iso
+from contentsvc.domain.cursors import CursorCodec, InvalidCursor
+from contentsvc.domain.errors import ApiError
+from contentsvc.domain.models import ChangeEvent, ChangeSubject
 
 CHANGE_CURSOR = "changes"
 

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from contentsvc.auth.principal import Principal
 from contentsvc.domain.clock import iso
+from contentsvc.domain.errors import not_found
 from contentsvc.domain.models import (
     Corpus,
     RetrievalView,
 )
-from contentsvc.domain.errors import not_found
-
-
 
 
 def corpus_view(r: dict) -> Corpus:

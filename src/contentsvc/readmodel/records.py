@@ -1,4 +1,4 @@
-"""Read views over the read tables, shaped as the contract's responses.
+"""Read views of Records and their Versions, shaped as the contract's responses.
 
 Each loader takes the caller's Principal and returns only what that key may
 see: another Organization's rows and Corpora outside the scope read as absent.
@@ -6,111 +6,19 @@ see: another Organization's rows and Corpora outside the scope read as absent.
 
 from __future__ import annotations
 
-
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from contentsvc.auth.principal import Principal
+from contentsvc.domain.clock import iso
 from contentsvc.domain.models import (
-    Availability,
     Diagnostic,
-    ProcessingSummary,
-    Receipt,
     Record,
     RelationView,
     SourceIdentityView,
     Version,
 )
-
-from contentsvc.domain.clock import iso
-
-QUEUED_FOR_MATERIALIZATION = ProcessingSummary(state="queued", phase="materialization")
-IDLE = ProcessingSummary(state="idle")
-
-
-
-def _availability(state: str | None, searchable: bool | None, is_current: bool) -> Availability | None:
-    if state is None:
-        return None
-    return Availability(state=state, is_current=is_current, searchable=bool(searchable) and is_current)
-
-
-_PROCESSING_BY_AVAILABILITY = {
-    "materialized": ProcessingSummary(state="queued", phase="baseline"),
-    "building_baseline": ProcessingSummary(state="running", phase="baseline"),
-}
-
-
-QUEUED_FOR_ENRICHMENT = ProcessingSummary(state="queued", phase="enrichment")
-
-
-def _version_processing(state: str | None, awaits_vectors: bool = False) -> ProcessingSummary:
-    """Live processing view of a Version: baseline until searchable, then enrichment until its
-    vectors exist (when its Corpus has a vector space), then idle."""
-    if state == "retrieval_ready" and awaits_vectors:
-        return QUEUED_FOR_ENRICHMENT
-    return _PROCESSING_BY_AVAILABILITY.get(state or "", IDLE)
-
-
-# ------------------------------------------------------------------ receipts
-
-_RECEIPT_SQL = """
-SELECT r.receipt_id, r.corpus_id, r.namespace, r.record_key, r.state, r.outcome, r.record_id,
-       r.version_id, r.diagnostics, v.availability_state, v.searchable,
-       (NOT v.enriched AND c.vector_spaces <> '[]'::jsonb) AS awaits_vectors,
-       (rec.current_version_id = r.version_id AND NOT rec.withdrawn) AS is_current
-FROM receipts r
-LEFT JOIN versions v ON v.version_id = r.version_id
-LEFT JOIN records rec ON rec.record_id = r.record_id
-LEFT JOIN corpora c ON c.org_id = r.org_id AND c.corpus_id = r.corpus_id
-WHERE r.receipt_id = ANY(%s) AND r.org_id = %s
-"""
-
-
-def pending_receipt(receipt_id: str, source: SourceIdentityView) -> Receipt:
-    return Receipt(
-        receipt_id=receipt_id,
-        state="pending",
-        diagnostics=[],
-        source=source,
-        processing=QUEUED_FOR_MATERIALIZATION,
-    )
-
-
-async def load_receipts(conn: AsyncConnection, p: Principal, receipt_ids: list[str]) -> dict[str, Receipt]:
-    cur = conn.cursor(row_factory=dict_row)
-    await cur.execute(_RECEIPT_SQL, (receipt_ids, p.org_id))
-    out: dict[str, Receipt] = {}
-    for r in await cur.fetchall():
-        # Linked availability and diagnostics only for a caller who may read them now.
-        may_read = p.may("content:read") and p.covers(r["corpus_id"])
-        resolved = r["state"] == "resolved"
-        out[r["receipt_id"]] = Receipt(
-            receipt_id=r["receipt_id"],
-            state=r["state"],
-            outcome=r["outcome"],
-            record_id=r["record_id"],
-            version_id=r["version_id"],
-            availability=_availability(r["availability_state"], r["searchable"], bool(r["is_current"]))
-            if may_read
-            else None,
-            diagnostics=[Diagnostic(**d) for d in r["diagnostics"]] if may_read else [],
-            source=SourceIdentityView(corpus_id=r["corpus_id"], namespace=r["namespace"], record_key=r["record_key"]),
-            processing=(_version_processing(r["availability_state"], bool(r["awaits_vectors"])) if resolved
-                        else QUEUED_FOR_MATERIALIZATION),
-        )
-    return out
-
-
-async def load_receipt(conn: AsyncConnection, p: Principal, receipt_id: str) -> Receipt | None:
-    """None when absent, another Organization's, or of a Corpus outside the scope."""
-    receipt = (await load_receipts(conn, p, [receipt_id])).get(receipt_id)
-    if receipt is None or not p.covers(receipt.source.corpus_id):
-        return None
-    return receipt
-
-
-# ------------------------------------------------------------------ records
+from contentsvc.readmodel.processing import availability_view, version_processing
 
 
 def record_view(r: dict) -> Record:
@@ -194,9 +102,9 @@ async def load_version(conn: AsyncConnection, p: Principal, record_id: str, vers
         version_id=v["version_id"],
         record_id=v["record_id"],
         source=SourceIdentityView(corpus_id=v["corpus_id"], namespace=v["namespace"], record_key=v["record_key"]),
-        availability=_availability(v["availability_state"], v["searchable"], bool(v["is_current"])),
+        availability=availability_view(v["availability_state"], v["searchable"], bool(v["is_current"])),
         manifest=v["manifest"],
-        processing=_version_processing(v["availability_state"], v["awaits_vectors"]),
+        processing=version_processing(v["availability_state"], v["awaits_vectors"]),
         relations=await _expand_relations(conn, p, v["relations"]),
         provenance=v["provenance"],
         extensions=v["extensions"],

@@ -1,0 +1,73 @@
+"""Read views of Ingestion Receipts, limited to the key's Organization and scope."""
+
+from __future__ import annotations
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+
+from contentsvc.auth.principal import Principal
+from contentsvc.domain.models import (
+    Diagnostic,
+    Receipt,
+    SourceIdentityView,
+)
+from contentsvc.readmodel.processing import (
+    QUEUED_FOR_MATERIALIZATION,
+    availability_view,
+    version_processing,
+)
+
+_RECEIPT_SQL = """
+SELECT r.receipt_id, r.corpus_id, r.namespace, r.record_key, r.state, r.outcome, r.record_id,
+       r.version_id, r.diagnostics, v.availability_state, v.searchable,
+       (NOT v.enriched AND c.vector_spaces <> '[]'::jsonb) AS awaits_vectors,
+       (rec.current_version_id = r.version_id AND NOT rec.withdrawn) AS is_current
+FROM receipts r
+LEFT JOIN versions v ON v.version_id = r.version_id
+LEFT JOIN records rec ON rec.record_id = r.record_id
+LEFT JOIN corpora c ON c.org_id = r.org_id AND c.corpus_id = r.corpus_id
+WHERE r.receipt_id = ANY(%s) AND r.org_id = %s
+"""
+
+
+def pending_receipt(receipt_id: str, source: SourceIdentityView) -> Receipt:
+    return Receipt(
+        receipt_id=receipt_id,
+        state="pending",
+        diagnostics=[],
+        source=source,
+        processing=QUEUED_FOR_MATERIALIZATION,
+    )
+
+
+async def load_receipts(conn: AsyncConnection, p: Principal, receipt_ids: list[str]) -> dict[str, Receipt]:
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(_RECEIPT_SQL, (receipt_ids, p.org_id))
+    out: dict[str, Receipt] = {}
+    for r in await cur.fetchall():
+        # Linked availability and diagnostics only for a caller who may read them now.
+        may_read = p.may("content:read") and p.covers(r["corpus_id"])
+        resolved = r["state"] == "resolved"
+        out[r["receipt_id"]] = Receipt(
+            receipt_id=r["receipt_id"],
+            state=r["state"],
+            outcome=r["outcome"],
+            record_id=r["record_id"],
+            version_id=r["version_id"],
+            availability=availability_view(r["availability_state"], r["searchable"], bool(r["is_current"]))
+            if may_read
+            else None,
+            diagnostics=[Diagnostic(**d) for d in r["diagnostics"]] if may_read else [],
+            source=SourceIdentityView(corpus_id=r["corpus_id"], namespace=r["namespace"], record_key=r["record_key"]),
+            processing=(version_processing(r["availability_state"], bool(r["awaits_vectors"])) if resolved
+                        else QUEUED_FOR_MATERIALIZATION),
+        )
+    return out
+
+
+async def load_receipt(conn: AsyncConnection, p: Principal, receipt_id: str) -> Receipt | None:
+    """None when absent, another Organization's, or of a Corpus outside the scope."""
+    receipt = (await load_receipts(conn, p, [receipt_id])).get(receipt_id)
+    if receipt is None or not p.covers(receipt.source.corpus_id):
+        return None
+    return receipt

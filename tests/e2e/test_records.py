@@ -398,6 +398,42 @@ def test_batch_mixed_entries_in_order(api):
     assert sorted(i["record_id"] for i in listed) == sorted([resolved0["record_id"], resolved6["record_id"]])
 
 
+def test_undeclared_extension_namespaces_are_refused(api):
+    # part1 Manifest content: extensions are validated against the installed schema version, so
+    # an undeclared namespace is 422 with `field` at it (decisions.md: invalid_schema). The declared
+    # one, `example` at schema version "1" (docs/decisions.md, Records), is accepted.
+    corpus = create_corpus(api, _cid())
+    undeclared = {"undeclared": {"schema_version": "1", "data": {"x": 1}}}
+    body = assert_error(api.post("/v0/records", json=text_command(corpus, "u", "text", extensions=undeclared)),
+                        422, "invalid_schema")
+    assert body["field"] == "/extensions/undeclared"
+    later = {"example": {"schema_version": "1", "data": {}}, "a/b": {"schema_version": "1", "data": {}}}
+    body = assert_error(api.post("/v0/records", json=text_command(corpus, "u", "text", extensions=later)),
+                        422, "invalid_schema")
+    assert body["field"] == "/extensions/a~1b"  # the first fault, as an RFC 6901 pointer
+    other_version = {"example": {"schema_version": "2", "data": {}}}
+    body = assert_error(api.post("/v0/records", json=text_command(corpus, "u", "text", extensions=other_version)),
+                        422, "invalid_schema")
+    assert body["field"] == "/extensions/example/schema_version"
+    in_part = {"idempotency_key": uuid.uuid4().hex,
+               "source": {"corpus_id": corpus, "namespace": "test", "record_key": "p"},
+               "content": {"kind": "manifest", "parts": [
+                   {"key": "body", "role": "body", "content": {"kind": "text", "text": "t"}, "extensions": undeclared}]}}
+    body = assert_error(api.post("/v0/records", json=in_part), 422, "invalid_schema")
+    assert body["field"] == "/content/parts/0/extensions/undeclared"
+    # part1 rule 2: the same error codes per batch entry.
+    r = api.post("/v0/records/batch", json={"entries": [text_command(corpus, "b", "t", extensions=undeclared)]})
+    assert r.status_code == 200, r.text
+    [item] = r.json()["items"]
+    assert item["status"] == 422 and item["error"]["code"] == "invalid_schema"
+    assert item["error"]["field"] == "/entries/0/extensions/undeclared"
+    # Nothing refused was stored; the declared namespace is.
+    assert api.get("/v0/records", params={"corpus_id": corpus}).json()["items"] == []
+    declared = {"example": {"schema_version": "1", "data": {"summary": "s"}}}
+    receipt = ingest_resolved(api, corpus, "ok", "text", extensions=declared)
+    assert get_version(api, receipt["record_id"], receipt["version_id"])["extensions"] == declared
+
+
 def test_batch_envelope_checks(api):
     corpus = create_corpus(api, _cid())
     # decisions.md Errors: an envelope that is not an object is 400; a bad member 422.

@@ -14,6 +14,7 @@ import uuid
 import httpx
 
 from tests.conftest import assert_error, client_for, create_corpus, text_command, wait_resolved
+from tests.e2e.test_uploads import blob_command, verified_blob
 
 MiB = 1024 * 1024
 
@@ -538,6 +539,24 @@ def test_get_version_relation_expansion(server, make_key, org, api):
     # A target that appears later becomes available.
     appeared = ingest_resolved(api, a, "missing", "now here")
     assert expanded(api)[1]["target_record_id"] == appeared["record_id"]
+
+
+def test_a_quarantined_target_is_unavailable(api):
+    # part1 rule 4: only the current eligible target is available; a quarantined Version serves no
+    # one, so a link to a Record whose current Version is quarantined reveals no id.
+    corpus = create_corpus(api, _cid())
+    blob = verified_blob(api, b"caf\xe9 \xff\xfe not utf-8", "text/plain")
+    bad = wait_resolved(api, ingest(api, blob_command(corpus, "bad", blob["blob_id"], "text/plain"))["receipt_id"])
+    assert bad["availability"]["state"] == "quarantined"
+    good = ingest_resolved(api, corpus, "good", "an eligible target")
+    bad_target = {"corpus_id": corpus, "namespace": "uploads", "record_key": "bad"}
+    good_target = {"corpus_id": corpus, "namespace": "test", "record_key": "good"}
+    src = ingest_resolved(api, corpus, "src", "links to both", relations=[
+        {"relation": "cites", "target": bad_target}, {"relation": "cites", "target": good_target}])
+    rels = get_version(api, src["record_id"], src["version_id"])["relations"]
+    assert rels[0] == {"relation": "cites", "target_source": bad_target, "available": False}
+    assert rels[1] == {"relation": "cites", "target_source": good_target, "available": True,
+                       "target_record_id": good["record_id"], "target_version_id": good["version_id"]}
 
 
 def test_get_version_mismatched_ids_404(api):

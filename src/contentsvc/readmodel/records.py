@@ -55,7 +55,9 @@ async def list_records(conn: AsyncConnection, p: Principal, corpus_id: str, afte
 
 
 async def _expand_relations(conn: AsyncConnection, p: Principal, relations: list[dict]) -> list[RelationView]:
-    """An unavailable link reveals neither a target id nor why (part 1 rule 4)."""
+    """A link is available when its target Record has a current eligible Version: not withdrawn,
+    and the current Version not quarantined (a quarantined Version serves no one). An unavailable
+    link reveals neither a target id nor why (part 1 rule 4)."""
     if not relations:
         return []
     targets = [r["target"] for r in relations]
@@ -63,7 +65,8 @@ async def _expand_relations(conn: AsyncConnection, p: Principal, relations: list
         "SELECT t.i, rec.record_id, rec.current_version_id FROM unnest(%s::text[], %s::text[], %s::text[])"
         " WITH ORDINALITY AS t(c, n, k, i)"
         " JOIN records rec ON rec.org_id = %s AND rec.corpus_id = t.c AND rec.namespace = t.n"
-        "  AND rec.record_key = t.k AND NOT rec.withdrawn AND rec.current_version_id IS NOT NULL",
+        "  AND rec.record_key = t.k AND NOT rec.withdrawn"
+        " JOIN versions cv ON cv.version_id = rec.current_version_id AND cv.availability_state <> 'quarantined'",
         ([t["corpus_id"] for t in targets], [t["namespace"] for t in targets],
          [t["record_key"] for t in targets], p.org_id),
     )

@@ -12,13 +12,12 @@ from psycopg.rows import dict_row
 from contentsvc.auth.principal import Principal
 from contentsvc.domain.clock import iso
 from contentsvc.domain.models import (
-    Diagnostic,
     Record,
     RelationView,
     SourceIdentityView,
     Version,
 )
-from contentsvc.readmodel.processing import availability_view, version_processing
+from contentsvc.readmodel.processing import availability_view, live_diagnostics, version_processing
 
 
 def record_view(r: dict) -> Record:
@@ -101,18 +100,19 @@ async def load_version(conn: AsyncConnection, p: Principal, record_id: str, vers
     v = await cur.fetchone()
     if v is None or not p.covers(v["corpus_id"]):
         return None
+    processing = version_processing(v["availability_state"], v["awaits_vectors"], v["enrichment_blocked"])
     return Version(
         version_id=v["version_id"],
         record_id=v["record_id"],
         source=SourceIdentityView(corpus_id=v["corpus_id"], namespace=v["namespace"], record_key=v["record_key"]),
         availability=availability_view(v["availability_state"], v["searchable"], bool(v["is_current"])),
         manifest=v["manifest"],
-        processing=version_processing(v["availability_state"], v["awaits_vectors"]),
+        processing=processing,
         relations=await _expand_relations(conn, p, v["relations"]),
         provenance=v["provenance"],
         extensions=v["extensions"],
         language=v["language"],
-        diagnostics=[Diagnostic(**d) for d in v["diagnostics"]],
+        diagnostics=live_diagnostics(v["diagnostics"], processing, v["enrichment_blocked"]),
         created_at=iso(v["created_at"]),
         accepted_at=iso(v["accepted_at"]),
     )

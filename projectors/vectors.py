@@ -13,6 +13,14 @@ Vectors are durable, the hnswlib index is a cache: a restart loads the
 last snapshot and adds the vectors committed after it from Postgres,
 without embedding anything again. A crash after the commit and before a
 snapshot therefore loses nothing.
+
+Without the embedding model (package not installed, or `search.model_dir`
+naming a directory without it) the projector logs the fix once and keeps
+folding without embedding: each Corpus with Versions to embed is listed in
+`vector_backfills`, and each such Version gets `record.enrichment_blocked`,
+so its processing reads `blocked` with the diagnostic. A restart with the
+model works through `vector_backfills` as after a rebuild, and
+`record.enriched` ends the block.
 """
 
 from __future__ import annotations
@@ -27,12 +35,13 @@ from psycopg import AsyncConnection
 
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
-from contentsvc.journal.store import append
+from contentsvc.journal.store import append, head
 from contentsvc.logging import get_logger
 from contentsvc.projectors.base import GenerationFold
 from contentsvc.projectors.lexical import still_current
 from contentsvc.readmodel import vectors as current_vectors
 from contentsvc.search import generations, vector_index
+from contentsvc.search.embedding import INSTALL_HINT, EmbeddingModelMissing
 from contentsvc.search.lexical_index import segments_of
 from contentsvc.search.vector_index import SPACE
 
@@ -49,6 +58,17 @@ def embedding_inputs(manifest: dict) -> list[tuple[str, int, str]]:
 
 
 BACKFILL_CHUNK = 16  # Versions embedded per step when a Corpus gains the space
+BLOCKED_CHUNK = 500  # Versions reported blocked per step while the model is missing
+
+MODEL_MISSING = "embedding_model_missing"
+
+
+def model_missing_diagnostic() -> dict:
+    """The part 1 Diagnostic of a Version whose vectors wait for the model: an operator installs it.
+    Not retryable: processing the same input again cannot succeed until then."""
+    return {"code": MODEL_MISSING, "retryable": False,
+            "message": f"Vector space {SPACE} cannot embed: its embedding model is not installed on the server. "
+                       f"The operator installs it ({INSTALL_HINT}) and restarts the vectors projector."}
 
 
 @dataclass(frozen=True)
@@ -79,8 +99,10 @@ class VectorProjector(GenerationFold):
         self.max_label = 0
         self.last_snapshot = 0.0
         self._embedder = None
+        self.model_missing = False  # found missing once: then not looked for again until a restart
         self.tried: set[str] = set()  # Versions a backfill embedded (or found nothing to embed in)
         self.backfills = True  # whether vector_backfills may hold a row (checked once, then known)
+        self.blocked_through = 0  # journal position of the last record.enrichment_blocked appended
 
     @property
     def embedder(self):
@@ -89,6 +111,17 @@ class VectorProjector(GenerationFold):
 
             self._embedder = MiniLMEmbedder()
         return self._embedder
+
+    def model_ready(self) -> bool:
+        """Whether the embedding model could be loaded; its absence is logged once, with the fix."""
+        if self._embedder is None and not self.model_missing:
+            try:
+                self.embedder  # loads the model
+            except EmbeddingModelMissing as exc:
+                self.model_missing = True
+                log.error("embedding_model_missing", space=SPACE, fix=INSTALL_HINT, problem=str(exc),
+                          effect="Versions wait with processing blocked; restart the projector once installed")
+        return not self.model_missing
 
     def _directory(self) -> Path:
         return self.generation.path(self.home)
@@ -140,7 +173,7 @@ class VectorProjector(GenerationFold):
                 self.labels.discard(label)
 
     async def after_batch(self, conn: AsyncConnection, idle: bool) -> bool:
-        if self.backfills and await self._backfill(conn):
+        if self.backfills and await (self._report_blocked(conn) if self.model_missing else self._backfill(conn)):
             return True  # more to fill: come back at once
         if idle:
             self._maybe_snapshot(force=True)  # idle: make the snapshot current
@@ -150,14 +183,23 @@ class VectorProjector(GenerationFold):
         current = [Embeddable.of(e) for e in await self._in_vector_corpora(conn, still_current(events))]
         touched = {e.payload.record_id for e in events if e.kind in (ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN)}
         gained = [e for e in events if e.kind == ev.CORPUS_RETRIEVAL_CHANGED and SPACE in e.payload.vector_spaces]
-        vectors = await self._embed(current)
+        parked = bool(current) and not self.model_ready()  # no model: fill these Corpora after a restart
+        vectors = None if parked else await self._embed(current)
 
         async with self.checkpointed(conn, events[-1].position):
             cur = await conn.execute(
                 "SELECT label FROM vectors WHERE space = %s AND record_id = ANY(%s) AND NOT version_id = ANY(%s)",
                 (SPACE, list(touched), [v.version_id for v in current]))
             stale = [r[0] for r in await cur.fetchall()]
-            added = await self._store(conn, current, vectors)
+            added = [] if parked else await self._store(conn, current, vectors)
+            if parked:
+                self.backfills = True
+                await conn.execute(
+                    "INSERT INTO vector_backfills (org_id, corpus_id, space, since)"
+                    " SELECT o, c, %s, %s FROM unnest(%s::text[], %s::text[]) AS u(o, c)"
+                    " ON CONFLICT (org_id, corpus_id, space) DO UPDATE SET"
+                    " since = greatest(vector_backfills.since, EXCLUDED.since)",
+                    (SPACE, events[-1].position, *map(list, zip(*{(v.org_id, v.corpus_id) for v in current}))))
             for e in gained:  # the Corpus's earlier Versions get their vectors too
                 self.backfills = True
                 await conn.execute("INSERT INTO vector_backfills (org_id, corpus_id, space, since)"
@@ -227,6 +269,8 @@ class VectorProjector(GenerationFold):
                 " AND NOT EXISTS (SELECT 1 FROM vectors x WHERE x.space = %s AND x.version_id = v.version_id)"
                 " LIMIT %s", (org_id, corpus_id, list(self.tried), SPACE, BACKFILL_CHUNK))
             items = [Embeddable(*r) for r in await cur.fetchall()]
+        if items and not self.model_ready():
+            return await self._report_blocked(conn)
         self.tried.update(v.version_id for v in items)  # a Version without text gets no vector: not again
         embedded = await self._embed(items)
         async with self.holding_generation(conn):
@@ -238,6 +282,40 @@ class VectorProjector(GenerationFold):
         self._add([r[0] for r in added], [vector_index.from_bytes(r[1]) for r in added])
         self._maybe_snapshot(force=False)
         return True
+
+    async def _report_blocked(self, conn: AsyncConnection) -> bool:
+        """Without the model: report each Version that waits for its vectors in a Corpus to fill
+        as blocked, once (the read model then holds the diagnostic, and the query skips it); the
+        rows of vector_backfills stay for a restart with the model. True while more wait."""
+        async with conn.transaction():
+            cur = await conn.execute("SELECT count(*) FROM vector_backfills WHERE space = %s", (SPACE,))
+            if (await cur.fetchone())[0] == 0:
+                self.backfills = False  # until a fold parks Versions or a change adds the space
+                return False
+            cur = await conn.execute("SELECT position FROM projector_checkpoints WHERE name = 'readmodel'")
+            readmodel = await cur.fetchone()
+            if readmodel is None or readmodel[0] < self.blocked_through:
+                return False  # what was reported is not folded yet: it would be reported again
+            cur = await conn.execute(
+                "SELECT v.org_id, v.corpus_id, v.record_id, v.version_id, v.receipt_id FROM vector_backfills b"
+                " JOIN projector_checkpoints c ON c.name = 'readmodel' AND b.since <= c.position"
+                " JOIN records r ON r.org_id = b.org_id AND r.corpus_id = b.corpus_id AND NOT r.withdrawn"
+                " JOIN versions v ON v.version_id = r.current_version_id"
+                " WHERE b.space = %s AND v.availability_state <> 'quarantined' AND NOT v.enriched"
+                " AND v.enrichment_blocked IS NULL LIMIT %s", (SPACE, BLOCKED_CHUNK))
+            waiting = await cur.fetchall()
+        if waiting:
+            diagnostic = model_missing_diagnostic()
+            async with self.holding_generation(conn):
+                await append(conn, [
+                    NewEvent(org_id=org_id, corpus_id=corpus_id, subject_type="record", subject_id=record_id,
+                             version_id=version_id, receipt_id=receipt_id,
+                             payload=ev.RecordEnrichmentBlocked(record_id=record_id, version_id=version_id,
+                                                                space=SPACE, diagnostic=diagnostic))
+                    for org_id, corpus_id, record_id, version_id, receipt_id in waiting])
+            async with conn.transaction():
+                self.blocked_through = await head(conn)  # committed: at or past the events just appended
+        return len(waiting) == BLOCKED_CHUNK
 
     @staticmethod
     async def _in_vector_corpora(conn: AsyncConnection, accepted: list[JournalEvent]) -> list[JournalEvent]:

@@ -231,3 +231,38 @@ def test_concurrent_creators_of_one_corpus_id(server, make_key, org):
             assert r.json() == results[winner][1].json()
         else:
             assert_error(r, 409, "corpus_exists")
+
+
+def test_every_cursor_error_names_the_record_catalog(server, make_key, org, api):
+    # part1 rule 6: the Record catalog route (relative) is the resync_url of change-feed and catalog
+    # cursor errors; rule 18: for a Corpus, `/v0/records?corpus_id=<corpus_id>`. A corpora page
+    # cursor binds no Corpus, so it names the route itself (docs/decisions.md, Cursors).
+    corpora = [create_corpus(api) for _ in range(2)]
+    narrower = make_key(org, "corpora:read,content:read,changes:read", corpora[0])
+    corpus_cursor = api.get("/v0/corpora", params={"limit": 1}).json()["next_page_cursor"]
+    for i in range(2):
+        assert api.post("/v0/records", json={
+            "idempotency_key": uuid.uuid4().hex, "source": {"corpus_id": corpora[0], "namespace": "n",
+                                                            "record_key": f"k{i}"},
+            "content": {"kind": "text", "text": f"text {i}"}}).status_code == 202
+    deadline = time.time() + 30
+    while len(api.get("/v0/records", params={"corpus_id": corpora[0]}).json()["items"]) < 2:
+        assert time.time() < deadline, "records not listed"
+        time.sleep(0.05)
+    record_cursor = api.get("/v0/records", params={"corpus_id": corpora[0], "limit": 1}).json()["next_page_cursor"]
+    change_cursor = api.get("/v0/changes", params={"corpus_id": corpora[0]}).json()["next_cursor"]
+
+    with client_for(server, narrower) as scoped:
+        body = assert_error(scoped.get("/v0/corpora", params={"page_cursor": corpus_cursor}),
+                            409, "cursor_scope_changed")
+        assert body["resync_url"] == "/v0/records"
+        body = assert_error(scoped.get("/v0/records", params={"corpus_id": corpora[0], "page_cursor": record_cursor}),
+                            409, "cursor_scope_changed")
+        assert body["resync_url"] == f"/v0/records?corpus_id={corpora[0]}"
+        body = assert_error(scoped.get("/v0/changes", params={"corpus_id": corpora[0], "cursor": change_cursor}),
+                            409, "cursor_scope_changed")
+        assert body["resync_url"] == f"/v0/records?corpus_id={corpora[0]}"
+    # The Corpus a resync_url names is the request's, never the cursor's.
+    body = assert_error(api.get("/v0/changes", params={"corpus_id": corpora[1], "cursor": change_cursor}),
+                        409, "cursor_scope_changed")
+    assert body["resync_url"] == f"/v0/records?corpus_id={corpora[1]}"

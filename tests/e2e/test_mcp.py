@@ -10,6 +10,7 @@ import sys
 import time
 from contextlib import asynccontextmanager
 
+import psycopg
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -178,5 +179,48 @@ def test_bad_arguments_are_refused_before_any_http_call(make_key, org):
             assert error and body["code"] == "server_unreachable"
             error, body = await call(s, "search", {"query": "q", "corpus_ids": ["c"]})
             assert error and body["code"] == "server_unreachable"
+
+    run(scenario())
+
+
+ERROR_MEMBERS = {"code", "message", "retryable", "field", "resync_url"}
+
+
+def test_tool_errors_are_the_contract_error_object(server, make_key, org, api, database_url):
+    # part1 Agent tool server + Error: a tool error is the Error object (code, message, retryable,
+    # field, resync_url; nothing else), so an agent keeps the retry hint of a 503 or 504.
+    corpus = create_corpus(api)
+    r = api.post("/v0/records", json={"idempotency_key": "mcp-errors", "content": {"kind": "text",
+              "text": "Deadline probe about otters."}, "source": {"corpus_id": corpus, "namespace": "n",
+                                                                  "record_key": "otter"}})
+    assert r.status_code == 202, r.text
+    deadline = time.time() + 60
+    while not (api.get(f"/v0/ingestion-receipts/{r.json()['receipt_id']}").json().get("availability")
+               or {}).get("searchable"):
+        assert time.time() < deadline, "not searchable"
+        time.sleep(0.1)
+
+    async def scenario():
+        async with tool_session(server.base_url, make_key(org), "read") as s:
+            # part1 rule 20: a search past the profile's budget is 504 search_deadline_exceeded, retryable.
+            # Holding a lock on the read table the hydration reads stalls it, as a slow database would.
+            with psycopg.connect(database_url) as stall:
+                stall.execute("SET lock_timeout = '5s'")
+                stall.execute("LOCK TABLE versions IN ACCESS EXCLUSIVE MODE")
+                error, body = await call(s, "search", {"query": "otters", "corpus_ids": [corpus], "mode": "lexical"})
+                stall.rollback()
+            assert error and body["code"] == "search_deadline_exceeded", body
+            assert body["retryable"] is True and set(body) <= ERROR_MEMBERS and body["message"]
+            # A refusal is not retryable; a bad argument names its field as a JSON Pointer.
+            error, body = await call(s, "read_record", {"record_id": "rec_nope"})
+            assert error and body == {"code": "not_found", "message": body["message"], "retryable": False}
+            error, body = await call(s, "search", {"query": "q", "corpus_ids": [corpus], "limit": 51})
+            assert error and body["code"] == "invalid_arguments" and body["retryable"] is False
+            assert body["field"] == "/limit" and set(body) <= ERROR_MEMBERS
+        # An unreachable service may answer later: retryable.
+        async with tool_session(f"http://127.0.0.1:{free_port()}", "csk_unused", "read") as s:
+            error, body = await call(s, "list_corpora", {})
+            assert error and body["code"] == "server_unreachable" and body["retryable"] is True
+            assert set(body) <= ERROR_MEMBERS
 
     run(scenario())

@@ -369,6 +369,61 @@ def test_a_newer_configuration_supersedes_a_pending_one(own_server, client):
     assert search(client, "first", [corpus])["items"] == []
 
 
+def test_a_rerun_is_held_to_the_original_command_and_never_reverts_a_newer_configuration(own_server, client):
+    # part 1 rule 11: "Current scope and command eligibility are revalidated": a rerun needs what the
+    # original command needed (Endpoints: configureRetrieval corpora:write and operations:write,
+    # rebuildCorpusProjection projections:rebuild), and (state table, docs/decisions.md) rerunning a
+    # configuration that a different, later one followed is 409 retrieval_configuration_superseded:
+    # the effective configuration is not reverted.
+    corpus = create_corpus(client)
+    wait_searchable(client, ingest(client, extension_command(corpus, "r1", "Words.", summary="first", other="second")))
+    first = wait_terminal(client, configure(client, corpus, [SUMMARY_FIELD]).json()["operation_id"])
+    rebuild = wait_terminal(client, client.post(f"/v0/corpora/{corpus}/rebuilds",
+                                                json={"idempotency_key": key()}).json()["operation_id"])
+    assert (first["state"], rebuild["state"]) == ("succeeded", "succeeded")
+    with psycopg.connect(own_server.database_url, autocommit=True) as conn:
+        org = conn.execute("SELECT org_id FROM corpora WHERE corpus_id = %s", (corpus,)).fetchone()[0]
+
+    def rerun(c: httpx.Client, operation_id: str, idempotency_key: str | None = None) -> httpx.Response:
+        return c.post(f"/v0/operations/{operation_id}/rerun", json={"idempotency_key": idempotency_key or key()})
+
+    with client_for(own_server, key_for(own_server.database_url, org, "operations:read,operations:write")) as ops_only:
+        assert_error(rerun(ops_only, first["operation_id"]), 403, "forbidden")
+        assert_error(rerun(ops_only, rebuild["operation_id"]), 403, "forbidden")
+    with client_for(own_server, key_for(own_server.database_url, org,
+                                        "operations:read,operations:write,projections:rebuild")) as rebuilder:
+        assert_error(rerun(rebuilder, first["operation_id"]), 403, "forbidden")
+        again = rerun(rebuilder, rebuild["operation_id"])
+        assert again.status_code == 202, again.text
+        assert wait_terminal(rebuilder, again.json()["operation_id"])["state"] == "succeeded"
+    with client_for(own_server, key_for(own_server.database_url, org,
+                                        "operations:read,operations:write,corpora:write")) as configurer:
+        assert_error(rerun(configurer, rebuild["operation_id"]), 403, "forbidden")
+        rerun_key = key()
+        rerun_first = rerun(configurer, first["operation_id"], rerun_key)
+        assert rerun_first.status_code == 202, rerun_first.text  # still the configuration accepted last
+        assert wait_terminal(configurer, rerun_first.json()["operation_id"])["state"] == "succeeded"
+
+    other = [{**SUMMARY_FIELD, "source_pointer": "/extensions/example/data/other"}]
+    second = wait_terminal(client, configure(client, corpus, other).json()["operation_id"])
+    assert second["state"] == "succeeded"
+    before = client.get(f"/v0/corpora/{corpus}").json()
+    body = assert_error(rerun(client, first["operation_id"]), 409, "retrieval_configuration_superseded")
+    assert body["retryable"] is False
+    # ... also through the rerun of the older one.
+    assert_error(rerun(client, rerun_first.json()["operation_id"]), 409, "retrieval_configuration_superseded")
+    # A replay of a rerun accepted before the newer configuration still answers what it answered (rule 11).
+    replay = rerun(client, first["operation_id"], rerun_key)
+    assert replay.status_code == 202 and replay.json()["operation_id"] == rerun_first.json()["operation_id"]
+    assert client.get(f"/v0/corpora/{corpus}").json() == before  # nothing reverted
+    assert len(search(client, "second", [corpus])["items"]) == 1
+    # The configuration accepted last may be rerun.
+    latest = rerun(client, second["operation_id"])
+    assert latest.status_code == 202, latest.text
+    assert wait_terminal(client, latest.json()["operation_id"])["state"] == "succeeded"
+    assert client.get(f"/v0/corpora/{corpus}").json()["retrieval"] == before["retrieval"]
+
+
 def test_operations_of_other_organizations_and_scopes_are_not_found(own_server, client):
     # decisions.md Scope: a resource looked up by its own id outside the key's reach is 404.
     corpus = create_corpus(client)

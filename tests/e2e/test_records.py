@@ -14,6 +14,7 @@ import uuid
 import httpx
 
 from tests.conftest import assert_error, client_for, create_corpus, text_command, wait_resolved
+from tests.e2e.test_uploads import blob_command, verified_blob
 
 MiB = 1024 * 1024
 
@@ -398,6 +399,42 @@ def test_batch_mixed_entries_in_order(api):
     assert sorted(i["record_id"] for i in listed) == sorted([resolved0["record_id"], resolved6["record_id"]])
 
 
+def test_undeclared_extension_namespaces_are_refused(api):
+    # part1 Manifest content: extensions are validated against the installed schema version, so
+    # an undeclared namespace is 422 with `field` at it (decisions.md: invalid_schema). The declared
+    # one, `example` at schema version "1" (docs/decisions.md, Records), is accepted.
+    corpus = create_corpus(api, _cid())
+    undeclared = {"undeclared": {"schema_version": "1", "data": {"x": 1}}}
+    body = assert_error(api.post("/v0/records", json=text_command(corpus, "u", "text", extensions=undeclared)),
+                        422, "invalid_schema")
+    assert body["field"] == "/extensions/undeclared"
+    later = {"example": {"schema_version": "1", "data": {}}, "a/b": {"schema_version": "1", "data": {}}}
+    body = assert_error(api.post("/v0/records", json=text_command(corpus, "u", "text", extensions=later)),
+                        422, "invalid_schema")
+    assert body["field"] == "/extensions/a~1b"  # the first fault, as an RFC 6901 pointer
+    other_version = {"example": {"schema_version": "2", "data": {}}}
+    body = assert_error(api.post("/v0/records", json=text_command(corpus, "u", "text", extensions=other_version)),
+                        422, "invalid_schema")
+    assert body["field"] == "/extensions/example/schema_version"
+    in_part = {"idempotency_key": uuid.uuid4().hex,
+               "source": {"corpus_id": corpus, "namespace": "test", "record_key": "p"},
+               "content": {"kind": "manifest", "parts": [
+                   {"key": "body", "role": "body", "content": {"kind": "text", "text": "t"}, "extensions": undeclared}]}}
+    body = assert_error(api.post("/v0/records", json=in_part), 422, "invalid_schema")
+    assert body["field"] == "/content/parts/0/extensions/undeclared"
+    # part1 rule 2: the same error codes per batch entry.
+    r = api.post("/v0/records/batch", json={"entries": [text_command(corpus, "b", "t", extensions=undeclared)]})
+    assert r.status_code == 200, r.text
+    [item] = r.json()["items"]
+    assert item["status"] == 422 and item["error"]["code"] == "invalid_schema"
+    assert item["error"]["field"] == "/entries/0/extensions/undeclared"
+    # Nothing refused was stored; the declared namespace is.
+    assert api.get("/v0/records", params={"corpus_id": corpus}).json()["items"] == []
+    declared = {"example": {"schema_version": "1", "data": {"summary": "s"}}}
+    receipt = ingest_resolved(api, corpus, "ok", "text", extensions=declared)
+    assert get_version(api, receipt["record_id"], receipt["version_id"])["extensions"] == declared
+
+
 def test_batch_envelope_checks(api):
     corpus = create_corpus(api, _cid())
     # decisions.md Errors: an envelope that is not an object is 400; a bad member 422.
@@ -502,6 +539,24 @@ def test_get_version_relation_expansion(server, make_key, org, api):
     # A target that appears later becomes available.
     appeared = ingest_resolved(api, a, "missing", "now here")
     assert expanded(api)[1]["target_record_id"] == appeared["record_id"]
+
+
+def test_a_quarantined_target_is_unavailable(api):
+    # part1 rule 4: only the current eligible target is available; a quarantined Version serves no
+    # one, so a link to a Record whose current Version is quarantined reveals no id.
+    corpus = create_corpus(api, _cid())
+    blob = verified_blob(api, b"caf\xe9 \xff\xfe not utf-8", "text/plain")
+    bad = wait_resolved(api, ingest(api, blob_command(corpus, "bad", blob["blob_id"], "text/plain"))["receipt_id"])
+    assert bad["availability"]["state"] == "quarantined"
+    good = ingest_resolved(api, corpus, "good", "an eligible target")
+    bad_target = {"corpus_id": corpus, "namespace": "uploads", "record_key": "bad"}
+    good_target = {"corpus_id": corpus, "namespace": "test", "record_key": "good"}
+    src = ingest_resolved(api, corpus, "src", "links to both", relations=[
+        {"relation": "cites", "target": bad_target}, {"relation": "cites", "target": good_target}])
+    rels = get_version(api, src["record_id"], src["version_id"])["relations"]
+    assert rels[0] == {"relation": "cites", "target_source": bad_target, "available": False}
+    assert rels[1] == {"relation": "cites", "target_source": good_target, "available": True,
+                       "target_record_id": good["record_id"], "target_version_id": good["version_id"]}
 
 
 def test_get_version_mismatched_ids_404(api):

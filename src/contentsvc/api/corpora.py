@@ -10,6 +10,7 @@ from msgspec import Meta
 from contentsvc.commands import corpora as commands
 from contentsvc.api.http import page_after, respond, services
 from contentsvc.api.routes import Call, Query, operation
+from contentsvc.domain.cursors import resync_url
 from contentsvc.domain.models import Corpus, CorpusPage, CorpusRequest, NonEmpty
 from contentsvc.readmodel.corpora import corpus_or_404, list_corpora, load_corpus
 
@@ -38,7 +39,7 @@ async def list_corpora_route(call: Call[None, CorpusListQuery]) -> Response:
     p, limit = call.principal, call.query.limit
     svc = services(call.request)
     binding = {"org": p.org_id, "action": "corpora:read", "scope": p.scope_digest()}
-    after = page_after(call.request, call.query.page_cursor, CORPUS_CURSOR, binding, "/v0/corpora")
+    after = page_after(call.request, call.query.page_cursor, CORPUS_CURSOR, binding, resync_url())
     async with svc.pool.connection() as conn:
         items = await list_corpora(conn, p, after, limit + 1)  # one more: do more remain?
     more, items = len(items) > limit, items[:limit]

@@ -11,6 +11,7 @@ from contentsvc.commands import operations as commands
 from contentsvc.api.http import respond, services
 from contentsvc.api.routes import Call, operation
 from contentsvc.auth.principal import Principal
+from contentsvc.domain import operations as ops
 from contentsvc.domain.models import ActionRequest, ConfigUpdate, KeyedActionRequest, Operation
 
 
@@ -60,13 +61,13 @@ async def resume_operation(call: Call[ActionRequest | None, None], operation_id:
 
 
 @operation("configureRetrieval", "PUT", "/v0/corpora/{corpus_id}/retrieval",
-           permission=("corpora:write", "operations:write"), body=ConfigUpdate, responses={202: Operation})
+           permission=ops.STARTED_WITH[ops.RETRIEVAL_CONFIGURATION], body=ConfigUpdate, responses={202: Operation})
 async def configure_retrieval(call: Call[ConfigUpdate, None], corpus_id: str) -> Response:
     return await _start(call, commands.configure_retrieval, corpus_id)
 
 
 @operation("rebuildCorpusProjection", "POST", "/v0/corpora/{corpus_id}/rebuilds",
-           permission=("projections:rebuild",), body=KeyedActionRequest, responses={202: Operation})
+           permission=ops.STARTED_WITH[ops.PROJECTION_REBUILD], body=KeyedActionRequest, responses={202: Operation})
 async def rebuild_corpus(call: Call[KeyedActionRequest, None], corpus_id: str) -> Response:
     return await _start(call, commands.rebuild_corpus, corpus_id)
 

@@ -19,6 +19,7 @@ from contentsvc.config import (
     RECORD_PAGE_DEFAULT,
     RECORD_PAGE_MAX,
 )
+from contentsvc.domain.cursors import resync_url
 from contentsvc.domain.decoding import decode_body
 from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.domain.models import (
@@ -35,7 +36,6 @@ from contentsvc.domain.models import (
     Version,
     WithdrawalCommand,
 )
-from contentsvc.readmodel.changes import resync_url
 from contentsvc.readmodel.corpora import existing_corpora
 from contentsvc.readmodel.receipts import load_receipts, pending_receipt
 from contentsvc.readmodel.records import list_records, load_record, load_version

@@ -4,6 +4,10 @@ A cursor is base64url(JSON payload || 16-byte HMAC-SHA256 tag). The payload
 names what kind of cursor it is and what it is bound to (Organization,
 filter, scope digest); routes compare those bindings with the request. The
 HMAC key lives in the database so that every process shares it.
+
+Every cursor error that tells a client to resynchronize (409
+cursor_scope_changed, 410 cursor_expired) names the same place, the Record
+catalog (part 1 rules 6 and 18): `resync_url` below.
 """
 
 from __future__ import annotations
@@ -12,10 +16,24 @@ import base64
 import hashlib
 import hmac
 from typing import Any
+from urllib.parse import quote
 
 import msgspec
 
 TAG_BYTES = 16
+
+
+RECORD_CATALOG = "/v0/records"
+
+
+def resync_url(corpus_id: str | None = None) -> str:
+    """Where a client resynchronizes after a cursor error: the relative Record catalog route
+    (part 1 rule 6), for the request's Corpus when it names one (rule 18). A corpora page cursor
+    binds no Corpus, so its errors name the route itself: the client lists the Corpora again and
+    rereads each one it mirrors from `/v0/records?corpus_id=...`."""
+    if corpus_id is None:
+        return RECORD_CATALOG
+    return f"{RECORD_CATALOG}?corpus_id={quote(corpus_id, safe='')}"
 
 
 class InvalidCursor(Exception):

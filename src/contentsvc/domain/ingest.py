@@ -16,6 +16,7 @@ import msgspec
 from contentsvc.domain.models import BlobContent, IngestCommand, ManifestContent, WithdrawalCommand
 from contentsvc.domain.normalize import text_route_refusal
 from contentsvc.domain.errors import ApiError
+from contentsvc.domain.extensions import check_extensions
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import NewEvent
 
@@ -25,6 +26,7 @@ def check_ingest(cmd: IngestCommand) -> None:
     if isinstance(cmd.content, ManifestContent):
         seen: set[str] = set()
         for i, part in enumerate(cmd.content.parts):
+            check_extensions(part.extensions, f"/content/parts/{i}/extensions")
             if part.key in seen:
                 raise ApiError(422, "invalid_schema", f"Part key {part.key!r} is not unique.",
                                field=f"/content/parts/{i}/key")
@@ -35,6 +37,7 @@ def check_ingest(cmd: IngestCommand) -> None:
         if cmd.title is not None and "title" in seen:
             raise ApiError(422, "invalid_schema", "A title is given and a Part is already keyed 'title'.",
                            field="/title")
+    check_extensions(cmd.extensions, "/extensions")
     for pointer, blob in blob_references(cmd):
         refusal = text_route_refusal(blob.media_type)
         if refusal is not None:

@@ -20,6 +20,13 @@ from contentsvc.journal.events import NewEvent
 PROJECTION_REBUILD = "projection_rebuild"
 RETRIEVAL_CONFIGURATION = "retrieval_configuration"
 
+# What the command that starts an Operation of each kind needs (part 1 Endpoints); a rerun
+# of the Operation needs it again (rule 11: command eligibility is revalidated).
+STARTED_WITH = {
+    RETRIEVAL_CONFIGURATION: ("corpora:write", "operations:write"),
+    PROJECTION_REBUILD: ("projections:rebuild",),
+}
+
 TERMINAL = frozenset({"succeeded", "failed", "canceled"})
 ACTIVE = frozenset({"queued", "running"})
 
@@ -94,6 +101,8 @@ ERROR_MESSAGES = {
     OPERATION_SUPERSEDED: "A rebuild accepted later has already been activated for this Corpus.",
     CONFIGURATION_SUPERSEDED: "A newer retrieval configuration was accepted for this Corpus; this one never takes effect.",
 }
+RERUN_SUPERSEDED_MESSAGE = ("A different retrieval configuration was accepted for this Corpus after this one; rerunning "
+                            "it would revert that one. Send it again with configureRetrieval to make it effective.")
 
 
 def error(code: str) -> dict[str, Any]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from contentsvc.domain.models import RetrievalConfig
 from contentsvc.domain.errors import ApiError
+from contentsvc.domain.extensions import DECLARED_NAMESPACES
 from contentsvc.journal.events import RecordAccepted
 
 INSTALLED_PROFILES = ("default", "example.editorial")
-DECLARED_EXTENSION_NAMESPACES = ("example",)
 
 DEFAULT_FIELDS = [
     {"name": "title", "source_pointer": "/manifest/title", "type": "string", "roles": ["search"]},
@@ -26,7 +26,7 @@ def _pointer_root_ok(pointer: str) -> bool:
     if pointer in ("/manifest", "/provenance") or pointer.startswith(("/manifest/", "/provenance/")):
         return True
     parts = pointer.split("/")
-    return len(parts) >= 3 and parts[1] == "extensions" and parts[2] in DECLARED_EXTENSION_NAMESPACES
+    return len(parts) >= 3 and parts[1] == "extensions" and parts[2] in DECLARED_NAMESPACES
 
 
 def effective_retrieval(config: RetrievalConfig | None, field_prefix: str = "/retrieval") -> dict:

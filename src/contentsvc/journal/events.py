@@ -136,6 +136,7 @@ class CorpusRetrievalChanged(EventPayload, kw_only=True, tag=CORPUS_RETRIEVAL_CH
 RECORD_ACCEPTED = "record.accepted"
 RECORD_AVAILABILITY_CHANGED = "record.availability_changed"
 RECORD_ENRICHED = "record.enriched"  # internal: the change feed shows availability moves only
+RECORD_ENRICHMENT_BLOCKED = "record.enrichment_blocked"  # internal, as record.enriched
 RECORD_WITHDRAWN = "record.withdrawn"
 RECEIPT_RESOLVED = "receipt.resolved"
 
@@ -178,6 +179,16 @@ class RecordEnriched(EventPayload, kw_only=True, tag=RECORD_ENRICHED):
     record_id: str
     version_id: str
     space: str
+
+
+class RecordEnrichmentBlocked(EventPayload, kw_only=True, tag=RECORD_ENRICHMENT_BLOCKED):
+    """The Version's vectors of a space cannot be made until an operator intervenes (the
+    diagnostic, a part 1 Diagnostic, says why); record.enriched ends it."""
+
+    record_id: str
+    version_id: str
+    space: str
+    diagnostic: JsonObject
 
 
 class RecordWithdrawn(EventPayload, kw_only=True, tag=RECORD_WITHDRAWN):
@@ -261,7 +272,8 @@ class OperationChanged(EventPayload, kw_only=True, tag=OPERATION_CHANGED):
 Payload = Union[
     IngestAccepted, WithdrawalAccepted,
     CorpusCreated, CorpusRetrievalChanged,
-    RecordAccepted, RecordAvailabilityChanged, RecordEnriched, RecordWithdrawn, ReceiptResolved,
+    RecordAccepted, RecordAvailabilityChanged, RecordEnriched, RecordEnrichmentBlocked, RecordWithdrawn,
+    ReceiptResolved,
     UploadCreated, UploadReceived, UploadVerified, UploadFailed,
     OperationChanged,
 ]

@@ -24,10 +24,31 @@ from contentsvc.config.settings import ClientSettings
 from contentsvc.mcp.tools import TOOLS, InvalidArguments, input_schema, parse, tools_for
 
 
+RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})  # for an answer without the Error envelope
+
+
 class ToolError(Exception):
-    def __init__(self, code: str, message: str, status: int | None = None) -> None:
+    """A failed tool call, as the contract's Error object: an agent branches on `code` and keeps
+    the retry hint (`retryable`) and, when the service gave them, `field` and `resync_url`."""
+
+    def __init__(self, code: str, message: str, *, retryable: bool = False, field: str | None = None,
+                 resync_url: str | None = None) -> None:
         super().__init__(message)
-        self.code, self.message, self.status = code, message, status
+        self.error: dict[str, Any] = {"code": code, "message": message, "retryable": retryable}
+        if field is not None:
+            self.error["field"] = field
+        if resync_url is not None:
+            self.error["resync_url"] = resync_url
+
+    @classmethod
+    def from_answer(cls, status: int, body: Any) -> "ToolError":
+        """The service's Error envelope as it is; any other error answer (a proxy's page, say)
+        becomes one, retryable when its status says the same request may succeed later."""
+        if isinstance(body, dict) and isinstance(body.get("code"), str) and isinstance(body.get("message"), str) \
+                and isinstance(body.get("retryable"), bool):
+            optional = {k: body[k] for k in ("field", "resync_url") if isinstance(body.get(k), str)}
+            return cls(body["code"], body["message"], retryable=body["retryable"], **optional)
+        return cls(f"http_{status}", f"The service answered {status}.", retryable=status in RETRYABLE_STATUSES)
 
 
 class Service:
@@ -42,14 +63,13 @@ class Service:
             r = await self.client.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise ToolError("server_unreachable", f"The content service at {self.client.base_url} could not be "
-                                                  f"reached ({type(exc).__name__}).") from None
+                                                  f"reached ({type(exc).__name__}).", retryable=True) from None
         try:
             body = r.json()
         except ValueError:
             body = {}
         if r.status_code >= 400:
-            raise ToolError(body.get("code", f"http_{r.status_code}"),
-                            body.get("message", f"The service answered {r.status_code}."), r.status_code)
+            raise ToolError.from_answer(r.status_code, body)
         return body
 
 
@@ -142,20 +162,16 @@ def build_server(profile: str, service: Service) -> Server:
         ])
 
     async def on_call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        if params.name not in names:
-            return _result({"code": "unknown_tool", "message": f"No tool {params.name!r} in the {profile!r} "
-                                                                 f"profile."}, True)
         try:
-            args = parse(params.name, params.arguments)
-        except InvalidArguments as exc:
-            return _result({"code": "invalid_arguments", "message": str(exc)}, True)
-        try:
+            if params.name not in names:
+                raise ToolError("unknown_tool", f"No tool {params.name!r} in the {profile!r} profile.")
+            try:
+                args = parse(params.name, params.arguments)
+            except InvalidArguments as exc:
+                raise ToolError("invalid_arguments", exc.message, field=exc.field) from None
             return _result(await HANDLERS[params.name](service, args))
         except ToolError as exc:
-            error: dict[str, Any] = {"code": exc.code, "message": exc.message}
-            if exc.status:
-                error["status"] = exc.status
-            return _result(error, True)
+            return _result(exc.error, True)
 
     return Server("contentsvc", version=__version__, on_list_tools=on_list_tools, on_call_tool=on_call_tool)
 

@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta, Struct
 
+from contentsvc.domain.decoding import pointer_of
+
 NonEmpty = Annotated[str, Meta(min_length=1)]
 
 
@@ -141,17 +143,22 @@ def tools_for(profile: str) -> list[str]:
 
 
 class InvalidArguments(Exception):
-    pass
+    """Arguments the tool's schema refuses; `field` is the JSON Pointer of the first fault."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.message, self.field = message, field
 
 
 def parse(name: str, arguments: dict | None):
     try:
         args = msgspec.convert(arguments or {}, TOOLS[name]["args"])
     except msgspec.ValidationError as exc:
-        raise InvalidArguments(str(exc)) from None
+        message, field = pointer_of(exc)
+        raise InvalidArguments(message, field) from None
     if isinstance(args, SearchArgs):
         if len(set(args.corpus_ids)) != len(args.corpus_ids):
-            raise InvalidArguments("corpus_ids must be unique - at `$.corpus_ids`")
+            raise InvalidArguments("corpus_ids must be unique", "/corpus_ids")
         if args.filter and len(set(args.filter.source_namespaces)) != len(args.filter.source_namespaces):
-            raise InvalidArguments("source_namespaces must be unique - at `$.filter.source_namespaces`")
+            raise InvalidArguments("source_namespaces must be unique", "/filter/source_namespaces")
     return args

@@ -18,15 +18,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from contentsvc.auth.principal import Principal
 from contentsvc.domain.clock import iso
-from contentsvc.domain.cursors import CursorCodec, InvalidCursor
+from contentsvc.domain.cursors import CursorCodec, InvalidCursor, resync_url
 from contentsvc.domain.errors import ApiError
 from contentsvc.domain.models import ChangeEvent, ChangeSubject
 
 CHANGE_CURSOR = "changes"
-
-
-def resync_url(corpus_id: str) -> str:
-    return f"/v0/records?corpus_id={corpus_id}"
 
 
 class FeedTicker:

@@ -5,7 +5,7 @@ their own transaction, for the rows that must be readable before the 202 leaves.
 
 Input: corpus.created, ingest.accepted, withdrawal.accepted,
 record.accepted, record.withdrawn, record.availability_changed,
-receipt.resolved, upload.created, upload.received, upload.verified,
+record.enriched, record.enrichment_blocked, receipt.resolved, upload.created, upload.received, upload.verified,
 upload.failed. Output: the corpora, receipts, records, versions, uploads
 and blobs tables, committed with the checkpoint.
 
@@ -98,7 +98,13 @@ FROM unnest(%b::text[], %b::text[], %b::bool[]) AS u(version_id, state, searchab
 WHERE v.version_id = u.version_id AND v.availability_state <> 'quarantined'
 """
 _ENRICHED = """
-UPDATE versions v SET enriched = true FROM unnest(%b::text[]) AS u(version_id) WHERE v.version_id = u.version_id
+UPDATE versions v SET enriched = true, enrichment_blocked = NULL
+FROM unnest(%b::text[]) AS u(version_id) WHERE v.version_id = u.version_id
+"""
+# Blocked until enriched: an enriched Version is never blocked again.
+_ENRICHMENT_BLOCKED = """
+UPDATE versions v SET enrichment_blocked = u.diagnostic
+FROM unnest(%b::text[], %b::jsonb[]) AS u(version_id, diagnostic) WHERE v.version_id = u.version_id AND NOT v.enriched
 """
 _RESOLVED = """
 UPDATE receipts r SET state = 'resolved', outcome = u.outcome, record_id = u.record_id, version_id = u.version_id,
@@ -205,6 +211,10 @@ def _enriched(e) -> tuple:
     return (e.payload.version_id,)
 
 
+def _enrichment_blocked(e) -> tuple:
+    return (e.payload.version_id, Jsonb(e.payload.diagnostic))
+
+
 def _resolved(e) -> tuple:
     p = e.payload
     return (p.receipt_id, p.outcome, p.record_id, p.version_id, Jsonb(p.diagnostics), p.resolved_at)
@@ -265,6 +275,7 @@ FOLD_ORDER = [
     ({ev.RECORD_WITHDRAWN}, _WITHDRAWN, _withdrawn, _last_wins),
     ({ev.RECORD_AVAILABILITY_CHANGED}, _AVAILABILITY, _availability, _quarantine_sticks),
     ({ev.RECEIPT_RESOLVED}, _RESOLVED, _resolved, _last_wins),
+    ({ev.RECORD_ENRICHMENT_BLOCKED}, _ENRICHMENT_BLOCKED, _enrichment_blocked, _last_wins),
     ({ev.RECORD_ENRICHED}, _ENRICHED, _enriched, _last_wins),
     ({ev.UPLOAD_CREATED}, _UPLOAD_CREATED, _upload_created, None),
     ({ev.UPLOAD_RECEIVED}, _UPLOAD_RECEIVED, _upload_received, _first_wins),

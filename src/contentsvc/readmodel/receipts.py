@@ -7,19 +7,19 @@ from psycopg.rows import dict_row
 
 from contentsvc.auth.principal import Principal
 from contentsvc.domain.models import (
-    Diagnostic,
     Receipt,
     SourceIdentityView,
 )
 from contentsvc.readmodel.processing import (
     QUEUED_FOR_MATERIALIZATION,
     availability_view,
+    live_diagnostics,
     version_processing,
 )
 
 _RECEIPT_SQL = """
 SELECT r.receipt_id, r.corpus_id, r.namespace, r.record_key, r.state, r.outcome, r.record_id,
-       r.version_id, r.diagnostics, v.availability_state, v.searchable,
+       r.version_id, r.diagnostics, v.availability_state, v.searchable, v.enrichment_blocked,
        (NOT v.enriched AND c.vector_spaces <> '[]'::jsonb) AS awaits_vectors,
        (rec.current_version_id = r.version_id AND NOT rec.withdrawn) AS is_current
 FROM receipts r
@@ -48,6 +48,8 @@ async def load_receipts(conn: AsyncConnection, p: Principal, receipt_ids: list[s
         # Linked availability and diagnostics only for a caller who may read them now.
         may_read = p.may("content:read") and p.covers(r["corpus_id"])
         resolved = r["state"] == "resolved"
+        processing = (version_processing(r["availability_state"], bool(r["awaits_vectors"]), r["enrichment_blocked"])
+                      if resolved else QUEUED_FOR_MATERIALIZATION)
         out[r["receipt_id"]] = Receipt(
             receipt_id=r["receipt_id"],
             state=r["state"],
@@ -57,10 +59,9 @@ async def load_receipts(conn: AsyncConnection, p: Principal, receipt_ids: list[s
             availability=availability_view(r["availability_state"], r["searchable"], bool(r["is_current"]))
             if may_read
             else None,
-            diagnostics=[Diagnostic(**d) for d in r["diagnostics"]] if may_read else [],
+            diagnostics=live_diagnostics(r["diagnostics"], processing, r["enrichment_blocked"]) if may_read else [],
             source=SourceIdentityView(corpus_id=r["corpus_id"], namespace=r["namespace"], record_key=r["record_key"]),
-            processing=(version_processing(r["availability_state"], bool(r["awaits_vectors"])) if resolved
-                        else QUEUED_FOR_MATERIALIZATION),
+            processing=processing,
         )
     return out
 

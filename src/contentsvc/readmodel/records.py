@@ -12,13 +12,12 @@ from psycopg.rows import dict_row
 from contentsvc.auth.principal import Principal
 from contentsvc.domain.clock import iso
 from contentsvc.domain.models import (
-    Diagnostic,
     Record,
     RelationView,
     SourceIdentityView,
     Version,
 )
-from contentsvc.readmodel.processing import availability_view, version_processing
+from contentsvc.readmodel.processing import availability_view, live_diagnostics, version_processing
 
 
 def record_view(r: dict) -> Record:
@@ -55,7 +54,9 @@ async def list_records(conn: AsyncConnection, p: Principal, corpus_id: str, afte
 
 
 async def _expand_relations(conn: AsyncConnection, p: Principal, relations: list[dict]) -> list[RelationView]:
-    """An unavailable link reveals neither a target id nor why (part 1 rule 4)."""
+    """A link is available when its target Record has a current eligible Version: not withdrawn,
+    and the current Version not quarantined (a quarantined Version serves no one). An unavailable
+    link reveals neither a target id nor why (part 1 rule 4)."""
     if not relations:
         return []
     targets = [r["target"] for r in relations]
@@ -63,7 +64,8 @@ async def _expand_relations(conn: AsyncConnection, p: Principal, relations: list
         "SELECT t.i, rec.record_id, rec.current_version_id FROM unnest(%s::text[], %s::text[], %s::text[])"
         " WITH ORDINALITY AS t(c, n, k, i)"
         " JOIN records rec ON rec.org_id = %s AND rec.corpus_id = t.c AND rec.namespace = t.n"
-        "  AND rec.record_key = t.k AND NOT rec.withdrawn AND rec.current_version_id IS NOT NULL",
+        "  AND rec.record_key = t.k AND NOT rec.withdrawn"
+        " JOIN versions cv ON cv.version_id = rec.current_version_id AND cv.availability_state <> 'quarantined'",
         ([t["corpus_id"] for t in targets], [t["namespace"] for t in targets],
          [t["record_key"] for t in targets], p.org_id),
     )
@@ -98,18 +100,19 @@ async def load_version(conn: AsyncConnection, p: Principal, record_id: str, vers
     v = await cur.fetchone()
     if v is None or not p.covers(v["corpus_id"]):
         return None
+    processing = version_processing(v["availability_state"], v["awaits_vectors"], v["enrichment_blocked"])
     return Version(
         version_id=v["version_id"],
         record_id=v["record_id"],
         source=SourceIdentityView(corpus_id=v["corpus_id"], namespace=v["namespace"], record_key=v["record_key"]),
         availability=availability_view(v["availability_state"], v["searchable"], bool(v["is_current"])),
         manifest=v["manifest"],
-        processing=version_processing(v["availability_state"], v["awaits_vectors"]),
+        processing=processing,
         relations=await _expand_relations(conn, p, v["relations"]),
         provenance=v["provenance"],
         extensions=v["extensions"],
         language=v["language"],
-        diagnostics=[Diagnostic(**d) for d in v["diagnostics"]],
+        diagnostics=live_diagnostics(v["diagnostics"], processing, v["enrichment_blocked"]),
         created_at=iso(v["created_at"]),
         accepted_at=iso(v["accepted_at"]),
     )

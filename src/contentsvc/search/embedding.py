@@ -248,6 +248,10 @@ class MiniLMEmbedder:
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=self.max_seq_length)
         self._tokenizer = tokenizer
+        # The same tokenizer without truncation counts what a text would lose to it.
+        self._counter = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
+        self._counter.no_padding()
+        self._counter.no_truncation()
 
         w = load_file(str(self.model_dir / "model.safetensors"))
         w = {k.removeprefix("bert."): v for k, v in w.items()}
@@ -289,6 +293,16 @@ class MiniLMEmbedder:
         if not isinstance(text, str):
             raise TypeError(f"embed_query() takes a string, got {type(text).__name__}")
         return self.embed([text])[0]
+
+    @property
+    def token_window(self) -> int:
+        """The most tokens (special tokens included) the model reads of a text; the rest is cut."""
+        return self.max_seq_length
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens the model would read of ``text`` without its window, special tokens
+        included: more than ``token_window`` means the embedding ignores the rest."""
+        return len(self._counter.encode(text, add_special_tokens=True).ids)
 
     # -- the model ----------------------------------------------------------
 

@@ -27,7 +27,8 @@ from contentsvc.domain.models import (
     SearchResponse,
 )
 from contentsvc.domain.errors import ApiError, not_found
-from contentsvc.search import generations, lexical_index, vector_index
+from contentsvc.readmodel import vectors as current_vectors
+from contentsvc.search import generations, lexical_index, semantic, vector_index
 from contentsvc.search.excerpts import excerpt, query_terms
 
 MAX_QUERY_CHARS = 8192
@@ -80,7 +81,8 @@ class LexicalSearcher:
 
 
 class VectorSearcher:
-    """The serving vector generation's latest hnswlib snapshot, and the query embedder."""
+    """The serving vector generation's latest hnswlib snapshot (loaded when a search's scope
+    is too large to scan exactly), and the query embedder."""
 
     def __init__(self, home: Path) -> None:
         self.home = home
@@ -89,7 +91,7 @@ class VectorSearcher:
         self._embedder = None
         self._lock = asyncio.Lock()
 
-    async def index(self, conn: AsyncConnection):
+    async def index(self, conn: AsyncConnection) -> semantic.ServedIndex:
         generation = await generations.serving(conn, "vectors")
         if generation is None:
             raise search_unavailable("no vector generation has been built yet")
@@ -103,7 +105,8 @@ class VectorSearcher:
         if key != self._file:
             async with self._lock:
                 if key != self._file:
-                    self._index = await asyncio.to_thread(vector_index.load, directory, snapshot)
+                    loaded = await asyncio.to_thread(vector_index.load, directory, snapshot)
+                    self._index = await asyncio.to_thread(semantic.ServedIndex.of, loaded)
                     self._file = key
         return self._index
 
@@ -119,6 +122,18 @@ class VectorSearcher:
     async def embed(self, text: str):
         await self.warm()
         return await asyncio.to_thread(self._embedder.embed_query, text)
+
+    async def check_query_window(self, text: str) -> None:
+        """The space owner's limit (part 1 rule 20): a query longer than the model's token
+        window would be embedded truncated, so it is refused, naming that limit."""
+        await self.warm()
+        tokens = self._embedder.count_tokens(text)
+        if tokens > self._embedder.token_window:
+            raise ApiError(422, "query_too_long",
+                           f"The query is {tokens} tokens long; the vector space {vector_index.SPACE!r} (owner"
+                           f" engine, model {self._embedder.model_name}) accepts at most"
+                           f" {self._embedder.token_window} tokens. Shorten it, or search lexically.",
+                           field="/query")
 
 
 @dataclass
@@ -157,7 +172,8 @@ def _validate(p: Principal, req: SearchRequest) -> SearchProfile:
                        field="/profile")
     if len(req.query) > profile.max_query_chars:
         raise ApiError(422, "query_too_long",
-                       f"The query exceeds the profile's limit of {profile.max_query_chars} characters.",
+                       f"The query exceeds the limit of search profile {profile.name!r},"
+                       f" {profile.max_query_chars} characters.",
                        field="/query")
     if len(set(req.corpus_ids)) != len(req.corpus_ids):
         raise ApiError(422, "invalid_schema", "corpus_ids must be unique.", field="/corpus_ids")
@@ -187,7 +203,8 @@ async def search(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vecto
         raise ApiError(422, "unsupported_search", f"Corpus {without!r} has no vector space; semantic search"
                        " needs one (use lexical or hybrid).", field="/mode")
     if with_vectors and req.mode in ("semantic", "hybrid"):
-        await vectors.warm()  # a process's first load of the model is not this search's latency
+        # A process's first load of the model is not this search's latency.
+        await vectors.check_query_window(req.query)
     try:
         items = await asyncio.wait_for(_hits(conn, lexical, vectors, p, req, with_vectors, routed),
                                        profile.max_latency_ms / 1000)
@@ -209,12 +226,13 @@ class Ranked:
     score: float
 
 
-async def _ranked(conn: AsyncConnection, p: Principal, req: SearchRequest, fetch, wanted: int) -> tuple[list, dict]:
+async def _ranked(conn: AsyncConnection, p: Principal, req: SearchRequest, fetch, wanted: int,
+                  rounds: int = CANDIDATE_ROUNDS) -> tuple[list, dict]:
     """Candidates from `fetch(n)`, hydrated and collapsed per Version, asking for more when
-    too many were stale (up to CANDIDATE_ROUNDS)."""
+    too many were stale (up to `rounds`)."""
     hydrated: dict = {}
     best: dict[str, Ranked] = {}
-    for _ in range(CANDIDATE_ROUNDS):
+    for _ in range(rounds):
         candidates = await fetch(wanted)
         hydrated = await _hydrate(conn, p.org_id, req.corpus_ids, list({c.version_id for c in candidates}),
                                   req.filter.source_namespaces if req.filter else None)
@@ -242,14 +260,21 @@ async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vector
 
         lexical_ranked, found = await _ranked(conn, p, req, fetch_lexical, wanted)
         hydrated.update(found)
+    if req.mode == "semantic":
+        uncovered = await current_vectors.uncovered(conn, vector_index.SPACE, p.org_id, with_vectors)
+        if uncovered:  # part 1 rule 20: semantic-only queries require vector coverage
+            raise ApiError(422, "unsupported_search",
+                           f"Corpus {uncovered[0]!r} has no vector coverage yet (no current Record embedded in"
+                           f" {vector_index.SPACE!r}); search lexical or hybrid, or retry once listVectorSpaces"
+                           " shows coverage.", field="/mode")
     if req.mode in ("semantic", "hybrid") and with_vectors:
-        vindex = await vectors.index(conn)
         query_vector = await vectors.embed(req.query)
 
         async def fetch_semantic(n: int):
-            return await _semantic_candidates(conn, vindex, query_vector, n)
+            return await _semantic_candidates(conn, vectors, query_vector, p.org_id, with_vectors, namespaces, n)
 
-        semantic_ranked, found = await _ranked(conn, p, req, fetch_semantic, wanted)
+        # Candidates are in scope before ranking: no widening round can add any.
+        semantic_ranked, found = await _ranked(conn, p, req, fetch_semantic, wanted, rounds=1)
         hydrated.update(found)
 
     if req.mode == "hybrid":
@@ -286,19 +311,10 @@ def _reciprocal_rank_fusion(*rankings: list[Ranked]) -> list[tuple[Ranked, float
     return [(first[v], scores[v]) for v in order]
 
 
-async def _semantic_candidates(conn: AsyncConnection, index, query_vector, n: int) -> list[Ranked]:
-    k = min(n, index.get_current_count())
-    while k > 0:
-        try:
-            labels, distances = await asyncio.to_thread(index.knn_query, query_vector, k)
-            break
-        except RuntimeError:  # hnswlib found fewer than k live elements (the count includes deleted ones)
-            k //= 2
-    if k == 0:
-        return []
-    labels, distances = [int(x) for x in labels[0]], [float(d) for d in distances[0]]
-    cur = await conn.execute(
-        "SELECT label, version_id, record_id, part_key, segment_start FROM vectors WHERE label = ANY(%s)", (labels,))
-    rows = {row[0]: row for row in await cur.fetchall()}
-    return [Ranked(rows[label][1], rows[label][2], rows[label][3], rows[label][4], 1.0 - distance)
-            for label, distance in zip(labels, distances) if label in rows]
+async def _semantic_candidates(conn: AsyncConnection, vectors: VectorSearcher, query_vector, org_id: str,
+                               corpus_ids: list[str], namespaces: list[str] | None, versions: int) -> list[Ranked]:
+    """The nearest Versions among those the search's scope allows, each by its best segment."""
+    best = await semantic.nearest(conn, lambda: vectors.index(conn), query_vector, org_id, corpus_ids, namespaces,
+                                  versions)
+    segments = await current_vectors.segments(conn, [label for label, _ in best])
+    return [Ranked(*segments[label], score) for label, score in best if label in segments]

@@ -107,6 +107,10 @@ def test_kill_minus_nine_loses_and_duplicates_nothing(databases, tmp_path):
                     "content": {"kind": "text", "text": f"single {i}"}})
             assert r.status_code == 202
             receipts.append(r.json()["receipt_id"])
+        # However fast the ingest went, each projector is killed at least twice (bounded wait).
+        until = time.time() + 20
+        while min(kills.values()) < 2 and time.time() < until:
+            time.sleep(0.1)
         time.sleep(1.0)
         stop.set()
         thread.join()

@@ -27,9 +27,11 @@ _PROCESSING_BY_AVAILABILITY = {
 QUEUED_FOR_ENRICHMENT = ProcessingSummary(state="queued", phase="enrichment")
 
 
-def version_processing(state: str | None, awaits_vectors: bool = False) -> ProcessingSummary:
+def version_processing(state: str | None, awaits_vectors: bool = False, is_current: bool = True) -> ProcessingSummary:
     """Live processing view of a Version: baseline until searchable, then enrichment until its
-    vectors exist (when its Corpus has a vector space), then idle."""
-    if state == "retrieval_ready" and awaits_vectors:
+    vectors exist (when its Corpus has a vector space), then idle. A Version that ended
+    without serving (quarantined, or `retrieval_ready` and replaced) has nothing pending:
+    idle, so a client following its Receipt stops (part 1, "States and transitions")."""
+    if state == "retrieval_ready" and awaits_vectors and is_current:
         return QUEUED_FOR_ENRICHMENT
     return _PROCESSING_BY_AVAILABILITY.get(state or "", IDLE)

@@ -48,18 +48,19 @@ async def load_receipts(conn: AsyncConnection, p: Principal, receipt_ids: list[s
         # Linked availability and diagnostics only for a caller who may read them now.
         may_read = p.may("content:read") and p.covers(r["corpus_id"])
         resolved = r["state"] == "resolved"
+        is_current = bool(r["is_current"])
         out[r["receipt_id"]] = Receipt(
             receipt_id=r["receipt_id"],
             state=r["state"],
             outcome=r["outcome"],
             record_id=r["record_id"],
             version_id=r["version_id"],
-            availability=availability_view(r["availability_state"], r["searchable"], bool(r["is_current"]))
+            availability=availability_view(r["availability_state"], r["searchable"], is_current)
             if may_read
             else None,
             diagnostics=[Diagnostic(**d) for d in r["diagnostics"]] if may_read else [],
             source=SourceIdentityView(corpus_id=r["corpus_id"], namespace=r["namespace"], record_key=r["record_key"]),
-            processing=(version_processing(r["availability_state"], bool(r["awaits_vectors"])) if resolved
+            processing=(version_processing(r["availability_state"], bool(r["awaits_vectors"]), is_current) if resolved
                         else QUEUED_FOR_MATERIALIZATION),
         )
     return out

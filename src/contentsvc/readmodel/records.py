@@ -104,7 +104,7 @@ async def load_version(conn: AsyncConnection, p: Principal, record_id: str, vers
         source=SourceIdentityView(corpus_id=v["corpus_id"], namespace=v["namespace"], record_key=v["record_key"]),
         availability=availability_view(v["availability_state"], v["searchable"], bool(v["is_current"])),
         manifest=v["manifest"],
-        processing=version_processing(v["availability_state"], v["awaits_vectors"]),
+        processing=version_processing(v["availability_state"], v["awaits_vectors"], bool(v["is_current"])),
         relations=await _expand_relations(conn, p, v["relations"]),
         provenance=v["provenance"],
         extensions=v["extensions"],

@@ -1,14 +1,17 @@
 """Lexical projector: folds Versions into the serving Tantivy generation.
 
-Input: record.accepted (index the new Version, replacing the Record's
-previous one, in every live projection generation of its Corpus),
-record.withdrawn (remove the Record), operation.changed (start, cancel or
-supersede a Corpus's projection generation: projectors/projections.py).
-Output: the index files of the serving generation, and events in the
-journal: `building_baseline` when a Version is picked up,
-`retrieval_ready` with `searchable: true` only after the index commit
-holding it is durable and visible to searchers, and the Operations'
-progress and outcomes.
+Input: record.accepted (index the Record's newest servable Version, in
+every live projection generation of its Corpus; a quarantined Version
+changes nothing), record.withdrawn (remove the Record), operation.changed
+(start, cancel or supersede a Corpus's projection generation:
+projectors/projections.py). Output: the index files of the serving
+generation, and events in the journal: `building_baseline` when a Version
+is picked up, `retrieval_ready` only after the index commit holding it is
+durable and visible to searchers (it then becomes current and searchable,
+or, replaced meanwhile, ends there: projectors/currentness.py), and the
+Operations' progress and outcomes. The Version a new one replaces keeps its
+documents until the read model shows its successor current, so its text
+stays findable until the new one can serve.
 
 Order of a step, and why a crash anywhere is safe:
 1. read events after the generation's checkpoint (Postgres);
@@ -16,8 +19,12 @@ Order of a step, and why a crash anywhere is safe:
    `announced` mark moves in the same transaction);
 3. apply the batch to the index and commit it with the position it
    reflects (a checkpoint document inside the index);
-4. in one Postgres transaction: append `retrieval_ready` events and move
-   the checkpoint.
+4. in one Postgres transaction: append `retrieval_ready` events (and the
+   currentness they move, with `lexical_currentness`) and move the
+   checkpoint;
+5. after the fold, Versions whose successors the read model shows current
+   leave the index (index commit first, then `retired` in Postgres: a crash
+   between removes them again).
 A crash between 3 and 4 re-applies the batch to the index (delete, then
 add: idempotent) and then publishes once. After the fold, each building
 projection generation is backfilled by one chunk, the same way: index
@@ -35,62 +42,55 @@ from psycopg import AsyncConnection
 
 from contentsvc.journal import checkpoints
 from contentsvc.journal import events as ev
-from contentsvc.journal.events import JournalEvent, NewEvent
+from contentsvc.journal.events import JournalEvent
 from contentsvc.journal.store import append
 from contentsvc.logging import get_logger
-from contentsvc.projectors import projections
+from contentsvc.projectors import currentness, projections
 from contentsvc.projectors.base import GenerationFold, GenerationRetired
 from contentsvc.search import generations
 from contentsvc.search.lexical_index import LexicalWriter
 
+still_current = currentness.still_current  # the vectors projector embeds what this one indexes
+
 log = get_logger("contentsvc.projector.lexical")
 
 KIND = generations.LEXICAL
-
-
-def availability_event(e: JournalEvent, state: str, searchable: bool) -> NewEvent:
-    p = e.payload
-    return NewEvent(
-        org_id=e.org_id,
-        corpus_id=e.corpus_id,
-        subject_type="record",
-        subject_id=p.record_id,
-        version_id=p.version_id,
-        receipt_id=p.receipt_id,
-        payload=ev.RecordAvailabilityChanged(record_id=p.record_id, version_id=p.version_id, is_current=True,
-                                             state=state, searchable=searchable),
-    )
+RETIRE_CHUNK = 500  # Records whose replaced Versions leave the index per step
 
 
 def apply_to_index(writer: LexicalWriter, events: list[JournalEvent], live: projections.Live,
                    indexed: set[str] | None = None) -> None:
-    """Fold record events into the index, each Version into every live projection generation
-    of its Corpus. `indexed`, when given, holds the Records a fresh index already has: a Record
-    not in it has no documents to delete (replays skip the delete)."""
-    for e in events:
-        if e.kind == ev.RECORD_ACCEPTED:
-            p = e.payload
-            if indexed is None or p.record_id in indexed:
-                writer.remove_record(p.record_id)
-            if indexed is not None:
+    """Fold record events into the index, each Record's newest servable Version into every live
+    projection generation of its Corpus. A quarantined Version changes nothing.
+
+    Live (`indexed` None): the Version it replaces keeps its documents (the serving text until
+    the new one is current; _retire_replaced removes them), and Versions replaced within the
+    batch are removed by id, so a batch folded again after a crash, or with more events, adds
+    each Version once. A replay into a fresh index (`indexed`: the Records it already has)
+    keeps only each Record's newest Version, and skips deletes for Records it has not seen."""
+    if indexed is not None:
+        for e in events:
+            if e.kind == ev.RECORD_ACCEPTED and not e.payload.quarantined:
+                p = e.payload
+                if p.record_id in indexed:
+                    writer.remove_record(p.record_id)
                 indexed.add(p.record_id)
-            if not p.quarantined:
-                for projection in live.of(e.org_id, p.source.corpus_id):
-                    writer.add_version(e.org_id, projection.projection_generation_id, projection.retrieval, p)
-        elif e.kind == ev.RECORD_WITHDRAWN:
-            writer.remove_record(e.payload.record_id)
+                _add(writer, live, e)
+            elif e.kind == ev.RECORD_WITHDRAWN:
+                writer.remove_record(e.payload.record_id)
+        return
+    for e in currentness.replaced(events) + currentness.still_current(events):
+        writer.remove_version(e.payload.version_id)
+    for record_id, e in currentness.newest_servable(events).items():
+        if e is None:
+            writer.remove_record(record_id)
+        else:
+            _add(writer, live, e)
 
 
-def still_current(events: list[JournalEvent]) -> list[JournalEvent]:
-    """record.accepted events whose Version is still its Record's latest at the end of the batch
-    and can be searched (a quarantined Version never is)."""
-    latest: dict[str, JournalEvent | None] = {}
-    for e in events:
-        if e.kind == ev.RECORD_ACCEPTED:
-            latest[e.payload.record_id] = None if e.payload.quarantined else e
-        elif e.kind == ev.RECORD_WITHDRAWN:
-            latest[e.payload.record_id] = None
-    return [e for e in latest.values() if e is not None]
+def _add(writer: LexicalWriter, live: projections.Live, e: JournalEvent) -> None:
+    for projection in live.of(e.org_id, e.payload.source.corpus_id):
+        writer.add_version(e.org_id, projection.projection_generation_id, projection.retrieval, e.payload)
 
 
 class LexicalProjector(GenerationFold):
@@ -133,7 +133,7 @@ class LexicalProjector(GenerationFold):
             async with self.holding_generation(conn):
                 await conn.execute("UPDATE search_generations SET announced = %s WHERE generation_id = %s",
                                    (last, generation.generation_id))
-                await append(conn, [availability_event(e, "building_baseline", False) for e in fresh])
+                await append(conn, [currentness.availability_event(e, "building_baseline") for e in fresh])
 
         decisions = projections.Decisions()
         # Decided before a restart: not again. Only Corpus and Operation events decide anything.
@@ -148,16 +148,33 @@ class LexicalProjector(GenerationFold):
             writer.commit(last)
 
         async with self.checkpointed(conn, last):
-            ready = [e for e in still_current(events) if e.position > self.published]
-            await append(conn, [availability_event(e, "retrieval_ready", True) for e in ready] + decisions.events())
+            await currentness.publish(conn, [e for e in events if e.position > self.published])
+            await append(conn, decisions.events())
             await projections.record(conn, decisions)
         self.published = max(self.published, last)
 
     async def after_batch(self, conn: AsyncConnection, idle: bool) -> bool:
-        pending = await self._backfill(conn)
+        pending = await self._retire_replaced(conn)
+        pending = await self._backfill(conn) or pending
         if time.monotonic() - self.purged_at > self.PURGE_EVERY_SECONDS:
             await self._purge(conn)
         return pending
+
+    async def _retire_replaced(self, conn: AsyncConnection) -> bool:
+        """Replaced Versions leave the index once the read model shows their successor current
+        (searches hydrate it from then on); True while more remain."""
+        async with conn.transaction():
+            rows = await currentness.retirable(conn, RETIRE_CHUNK)
+        if not rows:
+            return False
+        replaced = {v for record_id, current in rows for v in self.writer.versions_of(record_id) - {current}}
+        for version_id in replaced:
+            self.writer.remove_version(version_id)
+        if replaced:
+            self.writer.commit(self.position)
+        async with conn.transaction():  # a crash before this retires them again: deletes are idempotent
+            await currentness.mark_retired(conn, rows)
+        return len(rows) == RETIRE_CHUNK
 
     async def _backfill(self, conn: AsyncConnection) -> bool:
         """One chunk for each building projection generation; True while any remains."""

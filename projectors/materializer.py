@@ -19,6 +19,17 @@ verified input (missing, altered) quarantines the Version with
 diagnostic, and the quarantined Version keeps the Blob reference as its
 manifest. What is decided goes into the events appended in the batch's
 transaction, so a crash before the commit decides again from scratch.
+
+Currentness is not decided here: a new Version reads `is_current: false`
+until the lexical projector publishes it `retrieval_ready` (part 1, "States
+and transitions": a Version still building reports `is_current` false until
+it becomes current); the Record's previous Version serves until then. A
+revision followed in the same batch by a newer revision of its identity
+(a newer revision was accepted before it was normalized) is not normalized:
+it is quarantined with `normalization_superseded` and is never current
+(part 1, Diagnostic). The identities keep, as `current`, the newest Version
+that can serve: a quarantined Version never replaces it, so text equal to
+the Record's serving text stays a duplicate.
 """
 
 from __future__ import annotations
@@ -41,6 +52,12 @@ from contentsvc.journal.events import JournalEvent, NewEvent
 from contentsvc.journal.store import append
 from contentsvc.projectors.base import TableFold
 
+NORMALIZATION_SUPERSEDED_DIAGNOSTIC = {
+    "code": "normalization_superseded",
+    "message": "A newer revision of this source identity was accepted before this one was normalized; "
+               "the normalizer was not invoked and this Version is never current.",
+    "retryable": False,
+}
 RECORD_WITHDRAWN_DIAGNOSTIC = {
     "code": "record_withdrawn",
     "message": "The Record was withdrawn; its identity accepts no new Versions.",
@@ -65,6 +82,22 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
+def _superseded(commands: list[JournalEvent]) -> set[int]:
+    """Positions of ingests followed, later in the batch, by another ingest of the same identity
+    with no withdrawal between them: a newer revision was accepted before they were normalized."""
+    out: set[int] = set()
+    newer: set[tuple] = set()  # identities with a later ingest and no withdrawal since
+    for e in reversed(commands):
+        key = _key(e)
+        if e.kind == ev.WITHDRAWAL_ACCEPTED:
+            newer.discard(key)
+        elif key in newer:
+            out.add(e.position)
+        else:
+            newer.add(key)
+    return out
+
+
 class MaterializerProjector(TableFold):
     name = "materializer"
 
@@ -87,33 +120,41 @@ class MaterializerProjector(TableFold):
         if not commands:
             return
         identities = await self._load(conn, {_key(e) for e in commands})
+        superseded = _superseded(commands)
         touched: set[tuple] = set()
         out: list[NewEvent] = []
         for e in commands:
             key = _key(e)
             if e.kind == ev.INGEST_ACCEPTED:
-                out.extend(self._ingest(e, identities, key))
+                out.extend(self._ingest(e, identities, key, e.position in superseded))
             else:
                 out.extend(self._withdraw(e, identities, key))
             touched.add(key)
         await self._save(conn, {k: identities[k] for k in touched})
         await append(conn, out)
 
-    def _ingest(self, e: JournalEvent, identities: dict, key: tuple) -> list[NewEvent]:
+    def _ingest(self, e: JournalEvent, identities: dict, key: tuple, superseded: bool) -> list[NewEvent]:
         p = e.payload
         state = identities.get(key)
         receipt_id = p.receipt_id
         common = dict(org_id=e.org_id, corpus_id=key[1], receipt_id=receipt_id)
         if state is not None and state.withdrawn:
             return [self._resolved(common, "conflict", state.record_id, None, [RECORD_WITHDRAWN_DIAGNOSTIC])]
-        manifest, diagnostics = self._normalize(p)
+        if superseded:  # the normalizer is not invoked: the manifest stays as accepted
+            manifest, diagnostics = build_manifest(p.content, p.title), [NORMALIZATION_SUPERSEDED_DIAGNOSTIC]
+        else:
+            manifest, diagnostics = self._normalize(p)
         digest = manifest_digest(manifest)
+        # Text equal to the serving Version's is a duplicate, superseded or not (decided without a normalizer).
         if state is not None and state.current_digest == digest:
             return [self._resolved(common, "duplicate", state.record_id, state.current_version_id, [])]
         record_id = state.record_id if state else new_id("rec")
         version_id = new_id("ver")
         previous = state.current_version_id if state else None
-        identities[key] = Identity(record_id, version_id, digest, False)
+        if diagnostics:  # quarantined: never current, so the identity's serving Version stays
+            identities[key] = state or Identity(record_id, None, None, False)
+        else:
+            identities[key] = Identity(record_id, version_id, digest, False)
         out = [
             NewEvent(
                 subject_type="record",
@@ -136,11 +177,11 @@ class MaterializerProjector(TableFold):
                 ),
                 **common,
             ),
-            self._availability(common, record_id, version_id, "quarantined" if diagnostics else "materialized", True),
+            # Not current yet: the lexical projector moves currentness once the Version can serve.
+            self._availability(common, record_id, version_id, "quarantined" if diagnostics else "materialized",
+                               False),
+            self._resolved(common, "created", record_id, version_id, diagnostics),
         ]
-        if previous is not None:
-            out.append(self._availability(common, record_id, previous, None, False))
-        out.append(self._resolved(common, "created", record_id, version_id, diagnostics))
         return out
 
     def _normalize(self, p: ev.IngestAccepted) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -217,10 +258,9 @@ class MaterializerProjector(TableFold):
         return out
 
     @staticmethod
-    def _availability(common: dict, record_id: str, version_id: str, state: str | None, is_current: bool) -> NewEvent:
-        payload = ev.RecordAvailabilityChanged(record_id=record_id, version_id=version_id, is_current=is_current)
-        if state is not None:  # else only currentness moved
-            payload.state, payload.searchable = state, False
+    def _availability(common: dict, record_id: str, version_id: str, state: str, is_current: bool) -> NewEvent:
+        payload = ev.RecordAvailabilityChanged(record_id=record_id, version_id=version_id, is_current=is_current,
+                                               state=state, searchable=False)
         return NewEvent(
             subject_type="record",
             subject_id=record_id,

@@ -201,6 +201,8 @@ async def latest_record_events(conn: AsyncConnection, p: Projection, through: in
         "SELECT DISTINCT ON (subject_id) subject_id, kind, payload FROM journal"
         " WHERE org_id = %s AND corpus_id = %s AND subject_id > %s AND position <= %s"
         " AND kind IN ('record.accepted', 'record.withdrawn')"
+        # A quarantined Version never serves: the Record's text stays the one before it.
+        " AND NOT (kind = 'record.accepted' AND coalesce((payload->>'quarantined')::boolean, false))"
         " ORDER BY subject_id, position DESC LIMIT %s",
         (p.org_id, p.corpus_id, p.backfill_cursor, through, backfill_chunk()))
     return [(record_id, kind, decode_payload(kind, payload)) for record_id, kind, payload in await cur.fetchall()]

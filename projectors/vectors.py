@@ -181,7 +181,9 @@ class VectorProjector(GenerationFold):
 
     async def fold(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
         current = [Embeddable.of(e) for e in await self._in_vector_corpora(conn, still_current(events))]
-        touched = {e.payload.record_id for e in events if e.kind in (ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN)}
+        # A quarantined Version changes nothing: the Record's vectors stay.
+        touched = {e.payload.record_id for e in events if e.kind == ev.RECORD_WITHDRAWN
+                   or (e.kind == ev.RECORD_ACCEPTED and not e.payload.quarantined)}
         gained = [e for e in events if e.kind == ev.CORPUS_RETRIEVAL_CHANGED and SPACE in e.payload.vector_spaces]
         parked = bool(current) and not self.model_ready()  # no model: fill these Corpora after a restart
         vectors = None if parked else await self._embed(current)
@@ -263,7 +265,7 @@ class VectorProjector(GenerationFold):
             org_id, corpus_id, _ = row
             cur = await conn.execute(
                 "SELECT v.org_id, v.corpus_id, v.record_id, v.version_id, v.receipt_id, v.manifest"
-                " FROM records r JOIN versions v ON v.version_id = r.current_version_id"
+                " FROM records r JOIN versions v ON v.version_id = r.latest_version_id"
                 " WHERE r.org_id = %s AND r.corpus_id = %s AND NOT r.withdrawn"
                 " AND v.availability_state <> 'quarantined' AND NOT v.version_id = ANY(%s)"
                 " AND NOT EXISTS (SELECT 1 FROM vectors x WHERE x.space = %s AND x.version_id = v.version_id)"

@@ -142,6 +142,19 @@ def wait_resolved(client: httpx.Client, receipt_id: str, timeout: float = 30.0) 
     raise AssertionError(f"receipt {receipt_id} did not resolve")
 
 
+def wait_current(client: httpx.Client, receipt: dict, timeout: float = 40.0) -> dict:
+    """The resolved Receipt once its Version is current: part1 "States and transitions", a
+    Version still building reports is_current false until it becomes current (searchable)."""
+    deadline = time.time() + timeout
+    while not (receipt.get("availability") or {}).get("is_current"):
+        assert time.time() < deadline, f"receipt {receipt['receipt_id']} never became current: {receipt}"
+        time.sleep(0.05)
+        r = client.get(f"/v0/ingestion-receipts/{receipt['receipt_id']}")
+        assert r.status_code == 200, r.text
+        receipt = r.json()
+    return receipt
+
+
 def assert_error(response: httpx.Response, status: int, code: str) -> dict:
     """The Error envelope of part 1, exactly: no other member, no stack trace."""
     assert response.status_code == status, response.text

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from contentsvc.auth import keys
-from tests.conftest import assert_error, client_for, create_corpus, text_command, wait_resolved
+from tests.conftest import assert_error, client_for, create_corpus, text_command, wait_current, wait_resolved
 
 MiB = 1024 * 1024
 
@@ -43,8 +43,8 @@ def bare(server):
 def _resources(api) -> dict:
     """A Corpus with one resolved Record: the ids other callers will try to reach."""
     corpus = create_corpus(api, _cid())
-    receipt = wait_resolved(api, api.post("/v0/records", json=text_command(corpus, "doc", "secret text")).json()
-                            ["receipt_id"])
+    receipt = wait_current(api, wait_resolved(api, api.post("/v0/records", json=text_command(
+        corpus, "doc", "secret text")).json()["receipt_id"]))
     return {"corpus": corpus, "record_id": receipt["record_id"], "version_id": receipt["version_id"],
             "receipt_id": receipt["receipt_id"]}
 

@@ -13,7 +13,7 @@ import uuid
 
 import httpx
 
-from tests.conftest import assert_error, client_for, create_corpus, text_command, wait_resolved
+from tests.conftest import assert_error, client_for, create_corpus, text_command, wait_current, wait_resolved
 from tests.e2e.test_uploads import blob_command, verified_blob
 
 MiB = 1024 * 1024
@@ -47,7 +47,11 @@ def withdraw(client: httpx.Client, cmd: dict) -> dict:
 
 
 def ingest_resolved(client: httpx.Client, corpus_id: str, record_key: str, text: str, **extra) -> dict:
-    return wait_resolved(client, ingest(client, text_command(corpus_id, record_key, text, **extra))["receipt_id"])
+    """Resolved, and for a new Version, once it is current (it serves from then on)."""
+    resolved = wait_resolved(client, ingest(client, text_command(corpus_id, record_key, text, **extra))["receipt_id"])
+    if resolved["outcome"] == "created" and resolved["availability"]["state"] != "quarantined":
+        return wait_current(client, resolved)
+    return resolved
 
 
 def get_record(client: httpx.Client, record_id: str) -> dict:
@@ -142,8 +146,12 @@ def test_ingest_single_created(api):
     assert resolved["record_id"].startswith("rec_") and resolved["version_id"].startswith("ver_")
     # materialized at resolution; the lexical projector may already have moved it on
     assert resolved["availability"]["state"] in ("materialized", "building_baseline", "retrieval_ready")
-    assert resolved["availability"]["is_current"] is True
+    # part1 "States and transitions": a Version still building reports is_current false until it
+    # becomes current, which it does when it can serve.
+    assert resolved["availability"]["is_current"] is (resolved["availability"]["state"] == "retrieval_ready")
     assert resolved["diagnostics"] == []
+    resolved = wait_current(api, resolved)
+    assert resolved["availability"] == {"state": "retrieval_ready", "is_current": True, "searchable": True}
 
     # part1 "Record and Version read views".
     record = get_record(api, resolved["record_id"])
@@ -278,7 +286,7 @@ def test_idempotent_replay_after_lost_response(api):
     assert r1.status_code == r2.status_code == 202
     assert r1.json()["receipt_id"] == r2.json()["receipt_id"]
     assert r1.headers["location"] == r2.headers["location"]
-    resolved = wait_resolved(api, r1.json()["receipt_id"])
+    resolved = wait_current(api, wait_resolved(api, r1.json()["receipt_id"]))
     # part1 rule 1: replays answer 202 even after the Receipt resolved.
     r3 = api.post("/v0/records", json=dict(reversed(list(cmd.items()))))  # member order is not the request
     assert r3.status_code == 202, r3.text

@@ -295,9 +295,10 @@ def test_availability_moves_to_retrieval_ready_and_feed_says_so(api, database_ur
         if availability:
             if not seen or seen[-1] != availability["state"]:
                 seen.append(availability["state"])
-            # searchable only once retrieval_ready; is_current throughout (nothing replaced it)
+            # searchable only once retrieval_ready; current from then on, not before (part1 "States and
+            # transitions": a Version still building reports is_current false until it becomes current)
             assert availability["searchable"] == (availability["state"] == "retrieval_ready"), receipt
-            assert availability["is_current"] is True
+            assert availability["is_current"] == availability["searchable"], receipt
             if availability["searchable"]:
                 break
         assert time.time() < deadline, seen

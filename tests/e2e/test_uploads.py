@@ -484,8 +484,8 @@ def test_undecodable_bytes_quarantine_the_version(api):
     [diagnostic] = receipt["diagnostics"]
     assert diagnostic["code"] == "normalizer_failed" and "utf-8" in diagnostic["message"]
     assert diagnostic["retryable"] is False
-    # part1 Availability: quarantined, not searchable.
-    assert receipt["availability"] == {"state": "quarantined", "is_current": True, "searchable": False}
+    # part1 Availability: quarantined, not searchable; and never current (part1 "Diagnostic", issue 11).
+    assert receipt["availability"] == {"state": "quarantined", "is_current": False, "searchable": False}
     version = version_of(api, receipt)
     assert version["availability"]["state"] == "quarantined" and version["availability"]["searchable"] is False
     assert version["diagnostics"] == [diagnostic]

@@ -156,9 +156,13 @@ def current_state(url: str, corpus: str) -> dict[str, tuple[str, str, str]]:
 
 
 def wait_resolved(url: str, receipts: list[str], timeout: float = 60.0) -> None:
+    """Receipts resolved, and their Versions through baseline: current (or replaced) from then on
+    (part1 "States and transitions": a Version still building is not current yet)."""
     deadline = time.time() + timeout
     with psycopg.connect(url, autocommit=True) as conn:
-        while conn.execute("SELECT count(*) FROM receipts WHERE receipt_id = ANY(%s) AND state = 'pending'",
+        while conn.execute("SELECT count(*) FROM receipts r LEFT JOIN versions v ON v.version_id = r.version_id"
+                           " WHERE r.receipt_id = ANY(%s) AND (r.state = 'pending'"
+                           " OR v.availability_state IN ('materialized', 'building_baseline'))",
                            (receipts,)).fetchone()[0]:
             assert time.time() < deadline, "Receipts never resolved"
             time.sleep(0.2)

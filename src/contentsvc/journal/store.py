@@ -31,6 +31,21 @@ SELECT journal_append(%b::text[], %b::text[], %b::bool[], %b::text[], %b::text[]
                       %b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[])
 """
 
+# The lock journal_append takes (schema/004_journal_append_function.sql).
+JOURNAL_LOCK = 457136501358
+
+
+async def hold_journal_lock(conn: AsyncConnection) -> None:
+    """Take the journal lock now, inside the caller's transaction, rather than at its append.
+
+    A fold that must decide from facts other writers append (has this Record been
+    withdrawn?) reads them after this: every such fact is then either visible to it or
+    appended after its own events, so the journal never holds a decision made on a
+    state it already contradicts. Hold it for a few statements only: appends wait.
+    """
+    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (JOURNAL_LOCK,))
+
+
 _COLUMNS = """position, event_id, kind, public, org_id, corpus_id, subject_type,
               subject_id, version_id, receipt_id, payload, committed_at"""
 

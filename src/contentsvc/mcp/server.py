@@ -126,7 +126,8 @@ async def ingest_text(service: Service, args) -> dict:
     if receipt.get("state") == "resolved" and version_id:
         record = await service.call("GET", f"/v0/records/{receipt['record_id']}")
         current = record.get("current_version_id")
-        if current != version_id and not record.get("withdrawn"):
+        # No current Version yet (the first one is still building): nothing replaced this text.
+        if current is not None and current != version_id and not record.get("withdrawn"):
             # Replaced by another text since: ingest again so this text becomes current once more.
             # The key names the Version it replaces, so repeating this call replays this ingest.
             receipt = await service.call("POST", "/v0/records", json=command(f"{key}-after-{current}"))

@@ -20,12 +20,13 @@ import psycopg
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from contentsvc.journal import events as ev
-from contentsvc.journal.store import append, read_after
+from contentsvc.journal.store import read_after
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.search import generations
 from contentsvc.search.lexical_index import LexicalWriter
 from contentsvc.projectors import projections
-from contentsvc.projectors.lexical import KIND, apply_to_index, availability_event, still_current
+from contentsvc.projectors.currentness import publish
+from contentsvc.projectors.lexical import KIND, apply_to_index
 
 BATCH = 2000
 INDEXED_KINDS = [ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN]  # all a lexical generation is made of
@@ -84,9 +85,9 @@ async def replay_lexical(url: str, home: Path) -> str:
             # The serving generation published availability up to its checkpoint; what the new one
             # holds beyond it (the projector lagged or was down) is published here, with the
             # cutover that makes it visible, or it would never be (the projector resumes at target).
-            unpublished = still_current(await _accepted_between(conn, serving_position, target))
+            unpublished = await _accepted_between(conn, serving_position, target)
             writer.commit(target)
-            await append(conn, [availability_event(e, "retrieval_ready", True) for e in unpublished])
+            await publish(conn, unpublished)
             await generations.cut_over(conn, old, new, target, announced)
             # The new index may hold generations that ended during the replay: purge them there too.
             await conn.execute("UPDATE corpus_projections SET purged = false WHERE state IN ('retired', 'failed',"

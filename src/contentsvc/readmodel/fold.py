@@ -72,11 +72,20 @@ SELECT *, 'pending', '[]'::jsonb
 FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::timestamptz[])
 ON CONFLICT DO NOTHING
 """
+# A new Version is not current (projectors/currentness.py): record.accepted moves only
+# the newest servable Version; a quarantined one (latest null here) moves nothing.
 _RECORD = """
-INSERT INTO records (record_id, org_id, corpus_id, namespace, record_key, current_version_id, created_at, withdrawn)
+INSERT INTO records (record_id, org_id, corpus_id, namespace, record_key, latest_version_id, created_at, withdrawn)
 SELECT *, false FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
                             %b::timestamptz[])
-ON CONFLICT (record_id) DO UPDATE SET current_version_id = EXCLUDED.current_version_id
+ON CONFLICT (record_id) DO UPDATE SET latest_version_id = coalesce(EXCLUDED.latest_version_id,
+                                                                   records.latest_version_id)
+"""
+# The current Version moves with the availability event that makes a Version current.
+_MADE_CURRENT = """
+UPDATE records r SET current_version_id = u.version_id
+FROM unnest(%b::text[], %b::text[]) AS u(record_id, version_id)
+WHERE r.record_id = u.record_id
 """
 _VERSION = """
 INSERT INTO versions (version_id, record_id, org_id, corpus_id, receipt_id, manifest, provenance, extensions,
@@ -184,7 +193,13 @@ def _receipt(e) -> tuple:
 def _record(e) -> tuple:
     p = e.payload
     s = p.source
-    return (p.record_id, e.org_id, s.corpus_id, s.namespace, s.record_key, p.version_id, p.created_at)
+    return (p.record_id, e.org_id, s.corpus_id, s.namespace, s.record_key, None if p.quarantined else p.version_id,
+            p.created_at)
+
+
+def _made_current(e) -> tuple | None:
+    p = e.payload
+    return (p.record_id, p.version_id) if p.is_current else None
 
 
 def _version(e) -> tuple:
@@ -202,7 +217,7 @@ def _withdrawn(e) -> tuple:
 
 def _availability(e) -> tuple | None:
     p = e.payload
-    if p.state is UNSET:  # only currentness moved; is_current is derived from records
+    if p.state is UNSET:  # only currentness moved; is_current is derived from records (_made_current)
         return None
     return (p.version_id, p.state, p.searchable)
 
@@ -258,9 +273,9 @@ def _last_wins(earlier: tuple, later: tuple) -> tuple:
     return later
 
 
-def _later_version_first_creation(earlier: tuple, later: tuple) -> tuple:
-    # The current Version moves on; the Record's created_at stays its first.
-    return later[:6] + earlier[6:]
+def _newest_servable_first_creation(earlier: tuple, later: tuple) -> tuple:
+    # The newest servable Version moves on (a quarantined one does not); created_at stays the first.
+    return later[:5] + (later[5] or earlier[5],) + earlier[6:]
 
 
 # (kinds, SQL, row builder, how two rows for one key merge, or None), applied in this order.
@@ -270,10 +285,11 @@ FOLD_ORDER = [
     ({ev.CORPUS_RETRIEVAL_CHANGED}, _RETRIEVAL_CHANGED, _retrieval_changed, _last_wins),
     ({ev.OPERATION_CHANGED}, _OPERATION, _operation, _operation_moves),
     ({ev.INGEST_ACCEPTED, ev.WITHDRAWAL_ACCEPTED}, _RECEIPT, _receipt, None),
-    ({ev.RECORD_ACCEPTED}, _RECORD, _record, _later_version_first_creation),
+    ({ev.RECORD_ACCEPTED}, _RECORD, _record, _newest_servable_first_creation),
     ({ev.RECORD_ACCEPTED}, _VERSION, _version, None),
     ({ev.RECORD_WITHDRAWN}, _WITHDRAWN, _withdrawn, _last_wins),
     ({ev.RECORD_AVAILABILITY_CHANGED}, _AVAILABILITY, _availability, _quarantine_sticks),
+    ({ev.RECORD_AVAILABILITY_CHANGED}, _MADE_CURRENT, _made_current, _last_wins),
     ({ev.RECEIPT_RESOLVED}, _RESOLVED, _resolved, _last_wins),
     ({ev.RECORD_ENRICHMENT_BLOCKED}, _ENRICHMENT_BLOCKED, _enrichment_blocked, _last_wins),
     ({ev.RECORD_ENRICHED}, _ENRICHED, _enriched, _last_wins),

@@ -30,12 +30,14 @@ _PROCESSING_BY_AVAILABILITY = {
 QUEUED_FOR_ENRICHMENT = ProcessingSummary(state="queued", phase="enrichment")
 
 
-def version_processing(state: str | None, awaits_vectors: bool = False,
+def version_processing(state: str | None, awaits_vectors: bool = False, is_current: bool = True,
                        enrichment_blocked: dict | None = None) -> ProcessingSummary:
     """Live processing view of a Version: baseline until searchable, then enrichment until its
     vectors exist (when its Corpus has a vector space), then idle. Enrichment that needs an
-    operator is `blocked` (part 1 ProcessingSummary), its diagnostic saying why."""
-    if state == "retrieval_ready" and awaits_vectors:
+    operator is `blocked` (part 1 ProcessingSummary), its diagnostic saying why. A Version that
+    ended without serving (quarantined, or `retrieval_ready` and replaced) has nothing pending:
+    idle, so a client following its Receipt stops (part 1, "States and transitions")."""
+    if state == "retrieval_ready" and awaits_vectors and is_current:
         if enrichment_blocked is not None:
             return ProcessingSummary(state="blocked", phase="enrichment", message=enrichment_blocked["message"])
         return QUEUED_FOR_ENRICHMENT

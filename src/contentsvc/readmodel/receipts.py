@@ -48,7 +48,9 @@ async def load_receipts(conn: AsyncConnection, p: Principal, receipt_ids: list[s
         # Linked availability and diagnostics only for a caller who may read them now.
         may_read = p.may("content:read") and p.covers(r["corpus_id"])
         resolved = r["state"] == "resolved"
-        processing = (version_processing(r["availability_state"], bool(r["awaits_vectors"]), r["enrichment_blocked"])
+        is_current = bool(r["is_current"])
+        processing = (version_processing(r["availability_state"], bool(r["awaits_vectors"]), is_current,
+                                         r["enrichment_blocked"])
                       if resolved else QUEUED_FOR_MATERIALIZATION)
         out[r["receipt_id"]] = Receipt(
             receipt_id=r["receipt_id"],
@@ -56,7 +58,7 @@ async def load_receipts(conn: AsyncConnection, p: Principal, receipt_ids: list[s
             outcome=r["outcome"],
             record_id=r["record_id"],
             version_id=r["version_id"],
-            availability=availability_view(r["availability_state"], r["searchable"], bool(r["is_current"]))
+            availability=availability_view(r["availability_state"], r["searchable"], is_current)
             if may_read
             else None,
             diagnostics=live_diagnostics(r["diagnostics"], processing, r["enrichment_blocked"]) if may_read else [],

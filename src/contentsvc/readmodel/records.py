@@ -100,7 +100,8 @@ async def load_version(conn: AsyncConnection, p: Principal, record_id: str, vers
     v = await cur.fetchone()
     if v is None or not p.covers(v["corpus_id"]):
         return None
-    processing = version_processing(v["availability_state"], v["awaits_vectors"], v["enrichment_blocked"])
+    processing = version_processing(v["availability_state"], v["awaits_vectors"], bool(v["is_current"]),
+                                    v["enrichment_blocked"])
     return Version(
         version_id=v["version_id"],
         record_id=v["record_id"],

@@ -1,10 +1,12 @@
-"""The current vectors: stored vectors of each Record's current, non-withdrawn Version.
+"""The indexed and the current vectors of non-withdrawn Records.
 
 The `vectors` table keeps every vector ever embedded (a Version replaced or
 withdrawn keeps its rows, so nothing is embedded twice); what an hnswlib
-generation holds and what a vector space covers are only the current ones.
-That join is the concept; every reader of it goes through here: the vectors
-projector opening a generation, `projector replay vectors`, listVectorSpaces'
+generation holds are those of each Record's newest servable Version (current,
+or building to replace the current one); what a vector space covers, and
+what a search may rank, are those of the current ones. Those joins are the
+concept; every reader of them goes through here: the vectors projector
+opening a generation, `projector replay vectors`, listVectorSpaces'
 coverage, and semantic search reading the labels its scope allows before it
 ranks (part 1 rule 20).
 """
@@ -15,6 +17,11 @@ from psycopg import AsyncConnection
 
 _CURRENT = ("FROM vectors x JOIN records r ON r.record_id = x.record_id"
             " WHERE x.space = %s AND r.current_version_id = x.version_id AND NOT r.withdrawn")
+# What an hnswlib generation holds: each Record's newest servable Version, current or still
+# building (it becomes current without the vectors projector hearing of it; hydration serves
+# only the current one).
+_INDEXED = ("FROM vectors x JOIN records r ON r.record_id = x.record_id"
+            " WHERE x.space = %s AND r.latest_version_id = x.version_id AND NOT r.withdrawn")
 
 # What a search may cite: the current vectors of searchable Versions, in the caller's
 # Organization and requested Corpora, of the filter's source namespaces when it has one.
@@ -28,14 +35,14 @@ _SERVABLE = ("FROM vectors x JOIN records r ON r.record_id = x.record_id AND r.c
 
 
 async def after_label(conn: AsyncConnection, space: str, label: int) -> list[tuple[int, bytes]]:
-    """(label, vector) of the current vectors labelled after `label`, in label order."""
-    cur = await conn.execute(f"SELECT x.label, x.vector {_CURRENT} AND x.label > %s ORDER BY x.label", (space, label))
+    """(label, vector) of the indexed vectors labelled after `label`, in label order."""
+    cur = await conn.execute(f"SELECT x.label, x.vector {_INDEXED} AND x.label > %s ORDER BY x.label", (space, label))
     return await cur.fetchall()
 
 
 async def labels_through(conn: AsyncConnection, space: str, label: int) -> set[int]:
-    """Labels of the current vectors labelled `label` or lower."""
-    cur = await conn.execute(f"SELECT x.label {_CURRENT} AND x.label <= %s", (space, label))
+    """Labels of the indexed vectors labelled `label` or lower."""
+    cur = await conn.execute(f"SELECT x.label {_INDEXED} AND x.label <= %s", (space, label))
     return {r[0] for r in await cur.fetchall()}
 
 

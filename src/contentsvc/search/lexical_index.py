@@ -1,6 +1,7 @@
 """One Tantivy index per lexical generation, holding every Corpus.
 
-Documents: one per searchable text Part of a current Version, or per
+Documents: one per searchable text Part of a Record's newest servable
+Version (and, until its successor is current, of the one it replaces), or per
 segment of a long Part, for each live projection generation of its Corpus
 (the Corpus's retrieval configuration decides the text). Organization,
 projection generation and source namespace are indexed raw fields that
@@ -133,6 +134,20 @@ class LexicalWriter:
     def remove_record(self, record_id: str) -> None:
         """From every projection generation."""
         self.writer.delete_documents_by_term("record_id", record_id)
+
+    def remove_version(self, version_id: str) -> None:
+        """From every projection generation."""
+        self.writer.delete_documents_by_term("version_id", version_id)
+
+    def versions_of(self, record_id: str) -> set[str]:
+        """The Versions of a Record with documents in the last commit."""
+        self.index.reload()
+        searcher = self.index.searcher()
+        query = tantivy.Query.term_query(SCHEMA, "record_id", record_id)
+        count = searcher.search(query, 1, count=True).count
+        if not count:
+            return set()
+        return {searcher.doc(address)["version_id"][0] for _, address in searcher.search(query, count).hits}
 
     def remove_record_in(self, projection: str, record_id: str) -> None:
         self.writer.delete_documents_by_term("record_in_projection", f"{projection}/{record_id}")

@@ -1,0 +1,158 @@
+"""Which Version of a Record is current: it moves when the lexical projector can serve a newer one.
+
+Part 1, "States and transitions": a Version still building reports `is_current`
+false until it becomes current, and a newer text replacing a Version is a stop
+condition (`retrieval_ready` with `is_current` false); the Diagnostic table: a
+quarantined Version is never current. So the Record's previous Version stays
+current, and searchable, until its successor can serve.
+
+A Version becomes current with one journal fact: the lexical projector's
+`record.availability_changed` `{state: retrieval_ready, is_current: true,
+searchable: true}`, appended once the index commit holding the Version is
+durable. The read model moves `records.current_version_id` on it (the change
+feed and monitoring see the same event), and the Version it replaces gets a
+currentness-only event (`is_current: false`) just before it. A Version
+replaced before it could serve (a newer revision or a withdrawal later in the
+same lexical batch) ends with `retrieval_ready`, not current, not searchable;
+a Version of a Record withdrawn meanwhile likewise.
+
+`lexical_currentness` holds, per Record, the Version last made current: the one
+whose currentness a successor ends, and, while `retired` is false, a sign that
+the index still holds older Versions' documents. They keep the previous text
+findable until the read model shows the successor current; then the lexical
+projector removes them (retirable, mark_retired).
+"""
+
+from __future__ import annotations
+
+from psycopg import AsyncConnection
+
+from contentsvc.journal import events as ev
+from contentsvc.journal.events import JournalEvent, NewEvent
+from contentsvc.journal.store import append, hold_journal_lock
+
+
+def availability_event(e: JournalEvent, state: str, searchable: bool = False, is_current: bool = False) -> NewEvent:
+    """The availability of the Version a record.accepted event `e` created."""
+    p = e.payload
+    return NewEvent(
+        org_id=e.org_id,
+        corpus_id=e.corpus_id,
+        subject_type="record",
+        subject_id=p.record_id,
+        version_id=p.version_id,
+        receipt_id=p.receipt_id,
+        payload=ev.RecordAvailabilityChanged(record_id=p.record_id, version_id=p.version_id, is_current=is_current,
+                                             state=state, searchable=searchable),
+    )
+
+
+def _no_longer_current(e: JournalEvent, version_id: str) -> NewEvent:
+    """Only currentness moved: `version_id` of e's Record stops being current."""
+    p = e.payload
+    return NewEvent(
+        org_id=e.org_id,
+        corpus_id=e.corpus_id,
+        subject_type="record",
+        subject_id=p.record_id,
+        version_id=version_id,
+        receipt_id=p.receipt_id,
+        payload=ev.RecordAvailabilityChanged(record_id=p.record_id, version_id=version_id, is_current=False),
+    )
+
+
+def newest_servable(events: list[JournalEvent]) -> dict[str, JournalEvent | None]:
+    """Per Record touched by `events`: its newest Version that can serve (record.accepted, not
+    quarantined) at the end of the batch, or None once withdrawn. A quarantined Version
+    changes nothing: the Record's text stays what it was."""
+    latest: dict[str, JournalEvent | None] = {}
+    for e in events:
+        if e.kind == ev.RECORD_ACCEPTED and not e.payload.quarantined:
+            latest[e.payload.record_id] = e
+        elif e.kind == ev.RECORD_WITHDRAWN:
+            latest[e.payload.record_id] = None
+    return latest
+
+
+def still_current(events: list[JournalEvent]) -> list[JournalEvent]:
+    """record.accepted events whose Version is still its Record's newest servable one at the
+    end of the batch (what the indexes hold for the Record)."""
+    return [e for e in newest_servable(events).values() if e is not None]
+
+
+def replaced(events: list[JournalEvent]) -> list[JournalEvent]:
+    """record.accepted events of servable Versions replaced later in the batch (by a newer
+    revision or a withdrawal): they never serve."""
+    keep = {id(e) for e in still_current(events)}
+    return [e for e in events if e.kind == ev.RECORD_ACCEPTED and not e.payload.quarantined and id(e) not in keep]
+
+
+async def publish(conn: AsyncConnection, events: list[JournalEvent]) -> None:
+    """Append the end of baseline processing for the Versions of `events`, now in the index
+    (inside the caller's journal transaction, before its checkpoint moves)."""
+    ready, ended = still_current(events), replaced(events)
+    if not ready and not ended:
+        return
+    # Withdrawals are decided by the materializer: read them under the journal lock, so none
+    # can land between this read and the events below.
+    await hold_journal_lock(conn)
+    withdrawn = await _withdrawn(conn, ready)
+    out = [availability_event(e, "retrieval_ready") for e in ended]
+    current = [e for e in ready if e.payload.record_id not in withdrawn]
+    out += [availability_event(e, "retrieval_ready") for e in ready if e.payload.record_id in withdrawn]
+    previous = await _made_current(conn, current)
+    for e in current:
+        was = previous.get(e.payload.record_id)
+        if was is not None and was != e.payload.version_id:
+            out.append(_no_longer_current(e, was))
+        out.append(availability_event(e, "retrieval_ready", searchable=True, is_current=True))
+    await append(conn, out)
+
+
+async def _withdrawn(conn: AsyncConnection, accepted: list[JournalEvent]) -> set[str]:
+    """Records among `accepted` whose identity the materializer has withdrawn."""
+    if not accepted:
+        return set()
+    cur = await conn.execute(
+        "SELECT m.record_id FROM materializer_identities m"
+        " JOIN unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS k(o, c, n, r)"
+        "   ON m.org_id = k.o AND m.corpus_id = k.c AND m.namespace = k.n AND m.record_key = k.r"
+        " WHERE m.withdrawn",
+        ([e.org_id for e in accepted], [e.payload.source.corpus_id for e in accepted],
+         [e.payload.source.namespace for e in accepted], [e.payload.source.record_key for e in accepted]))
+    return {r[0] for r in await cur.fetchall()}
+
+
+async def _made_current(conn: AsyncConnection, accepted: list[JournalEvent]) -> dict[str, str]:
+    """Record the Versions of `accepted` as their Records' current ones; returns the Versions
+    they replace (record_id -> version_id)."""
+    if not accepted:
+        return {}
+    records = [e.payload.record_id for e in accepted]
+    cur = await conn.execute("SELECT record_id, version_id FROM lexical_currentness WHERE record_id = ANY(%s)",
+                             (records,))
+    previous = {r[0]: r[1] for r in await cur.fetchall()}
+    await conn.execute(
+        "INSERT INTO lexical_currentness (record_id, version_id, retired)"
+        " SELECT *, false FROM unnest(%s::text[], %s::text[])"
+        " ON CONFLICT (record_id) DO UPDATE SET version_id = EXCLUDED.version_id, retired = false",
+        (records, [e.payload.version_id for e in accepted]))
+    return previous
+
+
+async def retirable(conn: AsyncConnection, limit: int) -> list[tuple[str, str]]:
+    """(record_id, current version_id) of Records whose older Versions may leave the index:
+    the read model shows the current one (searches now hydrate it), or the Record withdrawn."""
+    cur = await conn.execute(
+        "SELECT c.record_id, c.version_id FROM lexical_currentness c JOIN records r ON r.record_id = c.record_id"
+        " WHERE NOT c.retired AND (r.current_version_id = c.version_id OR r.withdrawn) LIMIT %s", (limit,))
+    return [(r[0], r[1]) for r in await cur.fetchall()]
+
+
+async def mark_retired(conn: AsyncConnection, rows: list[tuple[str, str]]) -> None:
+    """The index no longer holds older Versions of these Records (unless a newer one was
+    made current meanwhile: that row stays to retire)."""
+    await conn.execute(
+        "UPDATE lexical_currentness c SET retired = true FROM unnest(%s::text[], %s::text[]) AS u(record_id, version_id)"
+        " WHERE c.record_id = u.record_id AND c.version_id = u.version_id",
+        ([r[0] for r in rows], [r[1] for r in rows]))

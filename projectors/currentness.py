@@ -34,21 +34,15 @@ from contentsvc.journal.store import append, hold_journal_lock
 
 def availability_event(e: JournalEvent, state: str, searchable: bool = False, is_current: bool = False) -> NewEvent:
     """The availability of the Version a record.accepted event `e` created."""
-    p = e.payload
-    return NewEvent(
-        org_id=e.org_id,
-        corpus_id=e.corpus_id,
-        subject_type="record",
-        subject_id=p.record_id,
-        version_id=p.version_id,
-        receipt_id=p.receipt_id,
-        payload=ev.RecordAvailabilityChanged(record_id=p.record_id, version_id=p.version_id, is_current=is_current,
-                                             state=state, searchable=searchable),
-    )
+    return _availability(e, e.payload.version_id, state=state, searchable=searchable, is_current=is_current)
 
 
 def _no_longer_current(e: JournalEvent, version_id: str) -> NewEvent:
     """Only currentness moved: `version_id` of e's Record stops being current."""
+    return _availability(e, version_id, is_current=False)
+
+
+def _availability(e: JournalEvent, version_id: str, **moved) -> NewEvent:
     p = e.payload
     return NewEvent(
         org_id=e.org_id,
@@ -57,7 +51,7 @@ def _no_longer_current(e: JournalEvent, version_id: str) -> NewEvent:
         subject_id=p.record_id,
         version_id=version_id,
         receipt_id=p.receipt_id,
-        payload=ev.RecordAvailabilityChanged(record_id=p.record_id, version_id=version_id, is_current=False),
+        payload=ev.RecordAvailabilityChanged(record_id=p.record_id, version_id=version_id, **moved),
     )
 
 

@@ -9,7 +9,8 @@ from contentsvc.domain.canonical import request_digest
 from contentsvc.domain.decoding import decode_body
 from contentsvc.domain.models import IngestCommand
 
-text = st.text(min_size=1, max_size=40)
+# Any text a request may hold: decoding refuses U+0000 (PostgreSQL cannot store it).
+text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=40)
 
 
 @st.composite

@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from contentsvc.domain.decoding import decode_body, msgspec_path_to_pointer
+from contentsvc.domain.decoding import MAX_JSON_DEPTH, decode_body, msgspec_path_to_pointer, nul_pointer, too_deep
 from contentsvc.domain.models import IngestCommand
 from contentsvc.domain.errors import ApiError
 
@@ -47,3 +47,18 @@ def test_paths_become_rfc6901_pointers(tokens):
 
 def test_map_keys_stop_the_pointer_at_the_map():
     assert msgspec_path_to_pointer("$.extensions[...].data") == ("/extensions", False)
+
+
+# decisions.md Errors: the nesting bound and U+0000, checked before anything walks the body.
+@given(st.integers(min_value=0, max_value=200), st.integers(min_value=0, max_value=5))
+def test_too_deep_counts_nesting_not_brackets(depth, siblings):
+    nested = "[" * depth + "]" * depth
+    raw = ('{"a": [%s], "s": "%s"}' % (",".join([nested] * (siblings + 1)), "[{" * 100)).encode()
+    assert too_deep(raw) == (depth + 2 > MAX_JSON_DEPTH)  # the outer object and array count too
+
+
+def test_nul_pointer_names_the_first_member_holding_it():
+    assert nul_pointer({"a": ["x", "y\x00"], "b": "z\x00"}) == "/a/1"
+    assert nul_pointer({"a/b": {"c\x00": 1}}) == "/a~1b/c\x00"
+    assert nul_pointer({"entries": ["\x00"], "k": "ok"}, frozenset({"entries"})) is None
+    assert nul_pointer({"fine": [1, 2, {"x": "y"}]}) is None

@@ -93,6 +93,8 @@ def operation(operation_id: str, method: str, path: str, **declared: Any):
     def register(fn: Callable[..., Awaitable[Any]]):
         async def endpoint(request: Request) -> Any:
             principal = await authenticate(request, *spec.permission) if spec.permission is not None else None
+            if any("\x00" in value for value in request.path_params.values()):
+                raise ApiError(404, "not_found", "No such resource.")  # no id holds U+0000
             query = parse_query(request, spec.query, spec.query_refusal) if spec.query else None
             body = await _read_declared_body(request, spec)
             return await fn(Call(request, principal, body, query), **request.path_params)
@@ -141,6 +143,8 @@ def parse_query(request: Request, type_: type[Q], refusal: Callable[[], ApiError
                 if member.required:
                     raise invalid_input(f"The query parameter {name} is required.", f"/{name}")
                 continue
+            if "\x00" in raw:  # PostgreSQL stores no U+0000: refused here, never a storage error
+                raise invalid_input(f"The query parameter {name} may not contain U+0000.", f"/{name}")
             values[member.name] = _parse_int(name, kind, raw) if isinstance(kind, inspect.IntType) else raw
         except ApiError:
             if refusal is not None:

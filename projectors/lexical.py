@@ -50,8 +50,6 @@ from contentsvc.projectors.base import GenerationFold, GenerationRetired
 from contentsvc.search import generations
 from contentsvc.search.lexical_index import LexicalWriter
 
-still_current = currentness.still_current  # the vectors projector embeds what this one indexes
-
 log = get_logger("contentsvc.projector.lexical")
 
 KIND = generations.LEXICAL

@@ -34,23 +34,29 @@ the Record's serving text stays a duplicate.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
-
-import hashlib
 from pathlib import Path
 from typing import Any
 
+from contentsvc.projectors import currentness
+from contentsvc.projectors.base import TableFold
 from psycopg import AsyncConnection
 
-from contentsvc.storage.blobstore import BlobStore, FilesystemBlobStore, read_chunks
 from contentsvc.config import MAX_TEXT_BLOB_BYTES, Settings
-from contentsvc.domain.normalize import TextPathError, blob_text, build_manifest, manifest_digest, text_route_refusal
+from contentsvc.domain.normalize import (
+    TextPathError,
+    blob_text,
+    build_manifest,
+    manifest_digest,
+    text_route_refusal,
+)
 from contentsvc.ids import new_id
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
 from contentsvc.journal.store import append
-from contentsvc.projectors.base import TableFold
+from contentsvc.storage.blobstore import BlobStore, FilesystemBlobStore, read_chunks
 
 NORMALIZATION_SUPERSEDED_DIAGNOSTIC = {
     "code": "normalization_superseded",
@@ -177,11 +183,10 @@ class MaterializerProjector(TableFold):
                 ),
                 **common,
             ),
-            # Not current yet: the lexical projector moves currentness once the Version can serve.
-            self._availability(common, record_id, version_id, "quarantined" if diagnostics else "materialized",
-                               False),
             self._resolved(common, "created", record_id, version_id, diagnostics),
         ]
+        # Not current yet: the lexical projector moves currentness once the Version can serve.
+        out.insert(1, currentness.availability_event(out[0], "quarantined" if diagnostics else "materialized"))
         return out
 
     def _normalize(self, p: ev.IngestAccepted) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -256,18 +261,6 @@ class MaterializerProjector(TableFold):
         identities[key] = state
         out.append(self._resolved(common, "withdrawal_applied", state.record_id, None, []))
         return out
-
-    @staticmethod
-    def _availability(common: dict, record_id: str, version_id: str, state: str, is_current: bool) -> NewEvent:
-        payload = ev.RecordAvailabilityChanged(record_id=record_id, version_id=version_id, is_current=is_current,
-                                               state=state, searchable=False)
-        return NewEvent(
-            subject_type="record",
-            subject_id=record_id,
-            version_id=version_id,
-            payload=payload,
-            **common,
-        )
 
     @staticmethod
     def _resolved(common: dict, outcome: str, record_id: str, version_id: str | None, diagnostics: list) -> NewEvent:

@@ -31,15 +31,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from contentsvc.projectors.base import GenerationFold
+from contentsvc.projectors.currentness import still_current
 from psycopg import AsyncConnection
 
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
 from contentsvc.journal.store import append, head
 from contentsvc.logging import get_logger
-from contentsvc.projectors.base import GenerationFold
-from contentsvc.projectors.lexical import still_current
 from contentsvc.readmodel import vectors as current_vectors
+from contentsvc.readmodel.changes import head_position
 from contentsvc.search import generations, vector_index
 from contentsvc.search.embedding import INSTALL_HINT, EmbeddingModelMissing
 from contentsvc.search.lexical_index import segments_of
@@ -294,9 +295,8 @@ class VectorProjector(GenerationFold):
             if (await cur.fetchone())[0] == 0:
                 self.backfills = False  # until a fold parks Versions or a change adds the space
                 return False
-            cur = await conn.execute("SELECT position FROM projector_checkpoints WHERE name = 'readmodel'")
-            readmodel = await cur.fetchone()
-            if readmodel is None or readmodel[0] < self.blocked_through:
+            readmodel = await head_position(conn)  # the read model's checkpoint (0 before its first fold)
+            if readmodel < self.blocked_through:
                 return False  # what was reported is not folded yet: it would be reported again
             cur = await conn.execute(
                 "SELECT v.org_id, v.corpus_id, v.record_id, v.version_id, v.receipt_id FROM vector_backfills b"

@@ -19,6 +19,7 @@ import psycopg
 from tests.conftest import create_corpus, text_command, wait_resolved
 from tests.e2e.test_search import _token, ingest, ingest_batch, search, wait_searchable
 from tests.e2e.test_uploads import blob_command, verified_blob
+from tests.e2e.test_records import get_record
 
 IDLE = {"state": "idle"}
 
@@ -29,12 +30,6 @@ def _cid() -> str:
 
 def receipt_of(client: httpx.Client, receipt_id: str) -> dict:
     r = client.get(f"/v0/ingestion-receipts/{receipt_id}")
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def record_of(client: httpx.Client, record_id: str) -> dict:
-    r = client.get(f"/v0/records/{record_id}")
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -92,7 +87,7 @@ def test_two_revisions_in_one_batch_end_the_first(api):
     second = wait_searchable(api, r2)
     assert second["record_id"] == first["record_id"] and second["version_id"] != first["version_id"]
     assert second["availability"] == {"state": "retrieval_ready", "is_current": True, "searchable": True}
-    assert record_of(api, first["record_id"])["current_version_id"] == second["version_id"]
+    assert get_record(api, first["record_id"])["current_version_id"] == second["version_id"]
     assert hit_versions(api, second_tok, corpus) == {second["version_id"]}
     assert hit_versions(api, first_tok, corpus) == set()  # never current, never a hit
     assert_superseded(receipt_of(api, r1))  # and it stays ended
@@ -117,7 +112,7 @@ def test_back_to_back_revisions_end_the_first(api):
         else:  # part1 stop condition: retrieval_ready with is_current false (a newer text replaced it)
             assert first["availability"] == {"state": "retrieval_ready", "is_current": False, "searchable": False}
             assert first["diagnostics"] == []
-        assert record_of(api, second["record_id"])["current_version_id"] == second["version_id"]
+        assert get_record(api, second["record_id"])["current_version_id"] == second["version_id"]
         assert hit_versions(api, late, corpus) == {second["version_id"]}
         assert hit_versions(api, early, corpus) == set()
 
@@ -144,7 +139,7 @@ def test_correction_is_not_current_until_searchable_and_old_text_serves_meanwhil
             break
         time.sleep(0.02)
     new = receipt
-    assert record_of(api, old["record_id"])["current_version_id"] == new["version_id"]
+    assert get_record(api, old["record_id"])["current_version_id"] == new["version_id"]
     assert hit_versions(api, new_tok, corpus) == {new["version_id"]}
     assert hit_versions(api, old_tok, corpus) == set()
     # The old Receipt: retrieval_ready, no longer current (an agent stop condition), idle.
@@ -186,7 +181,7 @@ def test_quarantined_correction_leaves_the_previous_version_current(api):
     # A later Version in the same Corpus becoming searchable means the index has passed the
     # quarantined one (the lexical projector folds in journal order).
     wait_searchable(api, ingest(api, text_command(corpus, "later", f"later text {_token()}")))
-    assert record_of(api, old["record_id"])["current_version_id"] == old["version_id"]
+    assert get_record(api, old["record_id"])["current_version_id"] == old["version_id"]
     assert receipt_of(api, old["receipt_id"])["availability"] == {
         "state": "retrieval_ready", "is_current": True, "searchable": True}
     assert hit_versions(api, tok, corpus) == {old["version_id"]}  # the earlier text stays findable

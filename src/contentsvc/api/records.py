@@ -90,7 +90,7 @@ def _entry(raw: msgspec.Raw, index: int) -> IngestCommand | ApiError:
         return ApiError(413, "entry_too_large", f"Entry {index} exceeds {MAX_INGEST_BYTES} bytes.",
                         field=f"/entries/{index}")
     try:
-        return decode_body(bytes(raw), IngestCommand)
+        return decode_body(bytes(raw), IngestCommand, depth_checked=True)  # bounded with the batch
     except ApiError as exc:
         if exc.code == "malformed_json":  # an entry that is not an object
             return ApiError(422, "invalid_schema", "A batch entry must be an object.", field=f"/entries/{index}")

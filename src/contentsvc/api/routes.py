@@ -17,6 +17,7 @@ errors are not the contract's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, Awaitable, Callable, Generic, TypeVar
 
 import msgspec
@@ -134,9 +135,8 @@ def parse_query(request: Request, type_: type[Q], refusal: Callable[[], ApiError
     naming the parameter as a pointer, unless the route gives its own refusal.
     """
     values: dict[str, Any] = {}
-    for member in inspect.type_info(type_).fields:
+    for member, kind in _query_members(type_):
         name = member.encode_name
-        kind = _scalar(member.type)
         raw = request.query_params.get(name)
         try:
             if raw is None or (raw == "" and not isinstance(kind, inspect.IntType)):
@@ -151,6 +151,13 @@ def parse_query(request: Request, type_: type[Q], refusal: Callable[[], ApiError
                 raise refusal() from None
             raise
     return type_(**values)
+
+
+@cache
+def _query_members(type_: type[Query]) -> tuple[tuple[inspect.Field, inspect.Type], ...]:
+    """Each member of a query Struct with its scalar type, worked out once per Struct
+    (type_info rebuilds the description on every call)."""
+    return tuple((member, _scalar(member.type)) for member in inspect.type_info(type_).fields)
 
 
 def _scalar(kind: inspect.Type) -> inspect.Type:

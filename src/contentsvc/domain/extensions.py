@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from contentsvc.domain.decoding import pointer_token
 from contentsvc.domain.errors import ApiError
 from contentsvc.domain.models import Extension
 
@@ -21,15 +22,11 @@ INSTALLED_SCHEMA_VERSIONS: Mapping[str, tuple[str, ...]] = {"example": ("1",)}
 DECLARED_NAMESPACES = tuple(INSTALLED_SCHEMA_VERSIONS)
 
 
-def _token(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")  # RFC 6901
-
-
 def check_extensions(extensions: Mapping[str, Extension] | None, pointer: str) -> None:
     """422 invalid_schema with `field` at the first undeclared namespace, or at the
     `schema_version` no installed schema of its namespace has."""
     for namespace, extension in (extensions or {}).items():
-        field = f"{pointer}/{_token(namespace)}"
+        field = f"{pointer}/{pointer_token(namespace)}"
         installed = INSTALLED_SCHEMA_VERSIONS.get(namespace)
         if installed is None:
             raise ApiError(422, "invalid_schema",

@@ -10,6 +10,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from contentsvc.journal import checkpoints
+from contentsvc.journal.store import head as journal_head
 from contentsvc.journal.store import read_after
 
 
@@ -58,7 +59,7 @@ async def _replay_readmodel(url: str, projector) -> None:
             # the old rows (DELETE, not TRUNCATE) until this commits.
             await checkpoints.ensure(conn, projector.name)
             await checkpoints.position(conn, projector.name, for_update=True)
-            head = (await (await conn.execute("SELECT coalesce(max(position), 0) FROM journal")).fetchone())[0]
+            head = await journal_head(conn)
             for table in READ_TABLES:
                 await conn.execute(f"DELETE FROM {table}")
             position = 0
@@ -77,9 +78,9 @@ async def _replay_readmodel(url: str, projector) -> None:
 async def _rebuild_corpus(url: str, corpus_id: str, org_id: str | None) -> int:
     """A rebuild Operation accepted on the operator's behalf, followed to its end."""
     from contentsvc.auth.principal import Principal
+    from contentsvc.commands.operations import rebuild_corpus
     from contentsvc.domain.models import KeyedActionRequest
     from contentsvc.ids import new_id
-    from contentsvc.commands.operations import rebuild_corpus
 
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         cur = await conn.execute("SELECT org_id FROM corpora WHERE corpus_id = %s AND (%s::text IS NULL OR org_id = %s)",

@@ -20,13 +20,14 @@ import psycopg
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from contentsvc.journal import events as ev
+from contentsvc.journal.store import head as journal_head
 from contentsvc.journal.store import read_after
 from contentsvc.journal.store import transaction as journal_transaction
-from contentsvc.search import generations
-from contentsvc.search.lexical_index import LexicalWriter
 from contentsvc.projectors import projections
 from contentsvc.projectors.currentness import publish
 from contentsvc.projectors.lexical import KIND, apply_to_index
+from contentsvc.search import generations
+from contentsvc.search.lexical_index import LexicalWriter
 
 BATCH = 2000
 INDEXED_KINDS = [ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN]  # all a lexical generation is made of
@@ -68,7 +69,7 @@ async def replay_lexical(url: str, home: Path) -> str:
         async with conn.transaction():
             new = await generations.create(conn, KIND, "building")
         writer = LexicalWriter(new.path(home), threads=os.cpu_count() or 1)  # a replay may use every core
-        head = (await (await conn.execute("SELECT coalesce(max(position), 0) FROM journal")).fetchone())[0]
+        head = await journal_head(conn)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns) as progress:
             task = progress.add_task(f"replaying {KIND} into {new.generation_id}", total=max(head, 1))

@@ -21,6 +21,7 @@ from contentsvc.domain.clock import iso
 from contentsvc.domain.cursors import CursorCodec, InvalidCursor, resync_url
 from contentsvc.domain.errors import ApiError
 from contentsvc.domain.models import ChangeEvent, ChangeSubject
+from contentsvc.journal.store import head as journal_head
 
 CHANGE_CURSOR = "changes"
 
@@ -114,8 +115,7 @@ async def start_position(pool: AsyncConnectionPool, feed_moved: FeedTicker, wait
     A pooled connection is held only for each look, not while waiting.
     """
     async with pool.connection() as conn:
-        cur = await conn.execute("SELECT coalesce(max(position), 0) FROM journal")
-        target = (await cur.fetchone())[0]
+        target = await journal_head(conn)
     deadline = time.monotonic() + wait_seconds
     while True:
         seen = feed_moved.count

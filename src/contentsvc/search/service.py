@@ -92,7 +92,7 @@ class VectorSearcher:
         self._lock = asyncio.Lock()
 
     async def index(self, conn: AsyncConnection) -> semantic.ServedIndex:
-        generation = await generations.serving(conn, "vectors")
+        generation = await generations.serving(conn, generations.VECTORS)
         if generation is None:
             raise search_unavailable("no vector generation has been built yet")
         directory = generation.path(self.home)

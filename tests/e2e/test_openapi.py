@@ -201,3 +201,17 @@ def test_query_parameters_are_held_to_their_documented_bounds(doc, api):
                 assert r.json()["code"] == "invalid_input" and r.json()["field"] == f"/{name}"
             checked.append((op["operationId"], name))
     assert sorted(checked) == [("listCorpora", "limit"), ("listRecords", "limit"), ("pollChanges", "limit")]
+
+
+def test_options_on_every_documented_path_names_exactly_its_documented_methods(doc, server):
+    # RFC 9110 section 9.3.7: OPTIONS answers with Allow; the document states what each path accepts,
+    # so Allow lists exactly its documented methods (GET /v0/records beside POST included).
+    for path, ops in doc["paths"].items():
+        documented = {m.upper() for m in ops} | {"OPTIONS"}
+        r = httpx.options(f"{server.base_url}{_fill(path)}")
+        assert r.status_code == 204, (path, r.text)
+        assert set(r.headers["allow"].split(", ")) == documented, (path, r.headers["allow"])
+        undocumented = next(m for m in ("DELETE", "PATCH", "PUT", "POST") if m not in documented)
+        r = httpx.request(undocumented, f"{server.base_url}{_fill(path)}")
+        assert r.status_code == 405 and r.json()["code"] == "method_not_allowed", (path, r.text)
+        assert set(r.headers["allow"].split(", ")) == documented, (path, r.headers["allow"])

@@ -15,6 +15,7 @@ from psycopg_pool import PoolTimeout
 from contentsvc.api import changes, corpora, health, openapi, receipts, records, search
 from contentsvc.api import operations, uploads
 from contentsvc.api.http import Services
+from contentsvc.api.routes import with_options
 from contentsvc.readmodel.changes import FEED_PROJECTOR, FeedTicker
 from contentsvc.config import MAX_BATCH_BYTES, Settings
 from contentsvc.storage.database import async_pool
@@ -121,10 +122,10 @@ async def _listen(url: str, feed_moved: FeedTicker, lexical_moved: FeedTicker) -
 
 
 # Every route the app serves; the OpenAPI document is generated from their declarations.
-ROUTES = [
+ROUTES = with_options([
     *records.ROUTES, *receipts.ROUTES, *search.ROUTES, *corpora.ROUTES, *changes.ROUTES, *health.ROUTES,
     *openapi.ROUTES, *uploads.ROUTES, *operations.ROUTES,
-]
+])
 
 
 def create_app(settings: Settings, database_url: str) -> Litestar:

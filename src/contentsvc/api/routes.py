@@ -185,3 +185,25 @@ def _span(low: int | None, high: int | None) -> str:
     if low is not None:
         return f"at least {low}"
     return f"at most {high}" if high is not None else ""
+
+
+def with_options(handlers: list[Any]) -> list[Any]:
+    """The handlers, each path preceded by its own OPTIONS answer naming every method it serves.
+
+    Litestar adds an OPTIONS handler to the first route registered on a path and
+    keeps it when a later handler joins that path, so its Allow would miss the
+    later methods (GET /v0/records next to POST). Registered first, this one is kept.
+    """
+    methods: dict[str, set[str]] = {}
+    for handler in handlers:
+        for path in handler.paths:
+            methods.setdefault(path, {"OPTIONS"}).update(handler.http_methods)
+    return [*(_options_answer(path, allowed) for path, allowed in methods.items()), *handlers]
+
+
+def _options_answer(path: str, allowed: set[str]) -> Any:
+    async def options() -> None:
+        return None
+
+    return route(path, http_method="OPTIONS", include_in_schema=False, status_code=204,
+                 response_headers={"Allow": ", ".join(sorted(allowed))})(options)

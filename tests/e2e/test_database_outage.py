@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,8 +32,16 @@ import pytest
 from contentsvc.config.environment import child_environment
 from contentsvc.processes.local_service import free_port
 from contentsvc.processes.registry import PROCESSES, PROJECTOR
-from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, json_lines, key_for, text_command
-from tests.conftest import wait_resolved
+from tests.conftest import (
+    ServerProcess,
+    assert_error,
+    client_for,
+    create_corpus,
+    json_lines,
+    key_for,
+    text_command,
+    wait_resolved,
+)
 
 HEALTH_BOUND_S = 2.0
 REQUEST_BOUND_S = 8.0  # unresponsive_seconds (7) + 1
@@ -89,11 +99,13 @@ class EmbeddedPostgres:
 
 @pytest.fixture(scope="module")
 def outage(tmp_path_factory):
-    home = tmp_path_factory.mktemp("outage")
-    postgres = EmbeddedPostgres(home)
+    # The data directory lives outside pytest's temporary root: the server runs as another
+    # user, and each pytest session starting on this machine makes that root private again.
+    pg_home = Path(tempfile.mkdtemp(prefix="contentsvc-outage-"))
+    postgres = EmbeddedPostgres(pg_home)
     service = None
     try:
-        service = ServerProcess(postgres.url, home)
+        service = ServerProcess(postgres.url, tmp_path_factory.mktemp("outage"))
         secret = key_for(postgres.url, "outage")
         with client_for(service, secret) as api:
             yield postgres, service, api
@@ -102,6 +114,7 @@ def outage(tmp_path_factory):
         if service is not None:
             service.stop()
         postgres.close()
+        shutil.rmtree(pg_home, ignore_errors=True)
 
 
 def timed(call):
@@ -247,7 +260,7 @@ def test_a_stopped_database_ends_streams_and_is_waited_out_by_every_process(outa
 def test_the_api_started_during_an_outage_waits_it_out(outage, tmp_path):
     # docs/decisions.md "A slow or dead database": a process started while PostgreSQL is away
     # logs one database_unavailable line and waits, instead of exiting with a traceback.
-    postgres, service, _ = outage
+    postgres, _, _ = outage
     port = free_port()
     log_path = tmp_path / "serve.log"
     postgres.stop()

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
 import psycopg
 
@@ -197,7 +197,7 @@ async def wait_until_answering(url: str, settings: DatabaseSettings, process: st
                 await conn.close()
             outage.back()
             return
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if not unreachable(exc):
                 raise
             outage.lost(exc)

@@ -6,26 +6,29 @@ checkpoint commit together), and when the journal has nothing more it
 waits for a commit notification, polling as a fallback.
 
 A lost database is an outage to wait out, not a crash: the runner logs
-`projector_database_lost` once, retries with exponential backoff, logs
-`projector_database_back` when it is connected and holds the lock again,
-and reopens the fold (memory may be ahead of what committed before the
-outage; reopening reads it back from Postgres, as a restart would).
+`database_unavailable` once (process `projector:NAME`), retries with
+exponential backoff, logs `database_available` when it is connected and
+holds the lock again, and reopens the fold (memory may be ahead of what
+committed before the outage; reopening reads it back from Postgres, as a
+restart would). Its connections give up connecting after the configured
+connect_timeout and carry no statement timeout (a fold may be long).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 import psycopg
 from psycopg import AsyncConnection
 
+from contentsvc.config.settings import DatabaseSettings
 from contentsvc.journal.store import NOTIFY_CHANNEL
 from contentsvc.logging import get_logger
 from contentsvc.projectors.base import Projector
+from contentsvc.storage.availability import OutageLog, connection_options, unreachable
 
 log = get_logger("contentsvc.projector")
 
@@ -41,20 +44,15 @@ def _lock_id(name: str) -> int:
 def connection_lost(exc: BaseException) -> bool:
     """The server went away or refused us (shutdown, terminated backend, network): worth
     waiting out. Any other database error is a bug or a conflict, and ends the process."""
-    if not isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
-        return False
-    state = getattr(exc, "sqlstate", None)
-    # No SQLSTATE: raised by the client (connection refused, closed or broken);
-    # class 08: connection exception; 57P0x: the server shut down or is starting.
-    return state is None or state.startswith(("08", "57P"))
+    return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) and unreachable(exc)
 
 
 @asynccontextmanager
-async def _connection(url: str, projector: Projector) -> AsyncIterator[AsyncConnection]:
+async def _connection(url: str, projector: Projector, settings: DatabaseSettings) -> AsyncIterator[AsyncConnection]:
     """An autocommit connection, closed on the way out without a rollback or commit: after an
     outage there is nothing to end, and trying would only log a second error."""
-    conn = await AsyncConnection.connect(url, autocommit=True,
-                                         application_name=f"contentsvc projector {projector.name}")
+    conn = await AsyncConnection.connect(url, autocommit=True, **connection_options(
+        settings, f"contentsvc projector {projector.name}", bounded_statements=False))
     try:
         yield conn
     finally:
@@ -99,24 +97,28 @@ async def run(
     retry_first_seconds: float = RETRY_FIRST_SECONDS,
     retry_cap_seconds: float = RETRY_CAP_SECONDS,
     stop: asyncio.Event | None = None,
+    settings: DatabaseSettings | None = None,
+    process: str | None = None,
 ) -> None:
     stop = stop or asyncio.Event()
-    lost_at: float | None = None  # when the current outage began
+    settings = settings or DatabaseSettings()
+    outage = OutageLog(process or f"projector:{projector.name}")
+    started = False
     delay = retry_first_seconds
     while not stop.is_set():
         try:
-            async with _connection(url, projector) as listener, _connection(url, projector) as work:
+            async with (_connection(url, projector, settings) as listener,
+                        _connection(url, projector, settings) as work):
                 await listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
                 if not await _take_lock(work, projector, poll_seconds, stop):
                     return
                 await work.set_autocommit(False)
                 await projector.open(work)
-                if lost_at is None:
+                if not started:
                     log.info("projector_started", projector=projector.name)
-                else:
-                    log.info("projector_database_back", projector=projector.name,
-                             outage_s=round(time.monotonic() - lost_at, 1))
-                    lost_at, delay = None, retry_first_seconds
+                    started = True
+                if outage.back():
+                    delay = retry_first_seconds
                 while not stop.is_set():
                     if not await projector.step(work):
                         await _wait_for_commit(listener, poll_seconds, coalesce_seconds)
@@ -124,9 +126,6 @@ async def run(
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if not connection_lost(exc):
                 raise
-            if lost_at is None:
-                lost_at = time.monotonic()
-                log.warning("projector_database_lost", projector=projector.name, error=type(exc).__name__,
-                            retry_cap_s=retry_cap_seconds)
+            outage.lost(exc)
             await _sleep_unless_stopped(delay, stop)
             delay = min(delay * 2, retry_cap_seconds)

@@ -17,11 +17,16 @@ from contentsvc.logging import configure, get_logger
 log = get_logger("contentsvc.cli")
 
 
-def _database_url(settings: Settings, migrate: bool = True) -> str:
+def _database_url(settings: Settings, migrate: bool = True, process: str | None = None) -> str:
+    """The database's URL, migrated. A long-running `process` started during an outage
+    first waits it out (one database_unavailable line) instead of exiting with a traceback."""
+    from contentsvc.storage.availability import wait_until_answering
     from contentsvc.storage.database import resolve_database_url
     from contentsvc.storage.migrations import migrate as run_migrations
 
     url = resolve_database_url(settings)
+    if process is not None:
+        asyncio.run(wait_until_answering(url, settings.database, process))
     if migrate:
         run_migrations(url)
     return url
@@ -45,7 +50,7 @@ def cmd_serve(args, settings: Settings) -> int:
 
     from contentsvc.api.app import create_app
 
-    url = _database_url(settings, migrate=not args.no_migrate)
+    url = _database_url(settings, migrate=not args.no_migrate, process="api")
     host, port = args.host or settings.host, args.port or settings.port
     log.info("api_listening", base_url=f"http://{host}:{port}/v0")
     uvicorn.run(create_app(settings, url), host=host, port=port, log_level="warning", access_log=False,
@@ -56,7 +61,7 @@ def cmd_serve(args, settings: Settings) -> int:
 def cmd_run(args, settings: Settings, config_file: Path | None) -> int:
     from contentsvc.processes.supervisor import run_all
 
-    url = _database_url(settings)
+    url = _database_url(settings, process="supervisor")
     return run_all(url, args.host or settings.host, args.port or settings.port, config_file)
 
 
@@ -71,11 +76,18 @@ def _kind_named(role: str, name: str):
 
 
 def _run_fold(kind, settings: Settings) -> int:
+    import logging
+
     from contentsvc.projectors.runner import run
 
+    # psycopg notes the transaction a lost connection could not end; the runner's
+    # database_unavailable line already says the database went away.
+    logging.getLogger("psycopg").setLevel(logging.ERROR)
     projector = kind.build(settings)
     try:
-        asyncio.run(run(_database_url(settings), projector))
+        process = f"{kind.role}:{kind.name}"
+        asyncio.run(run(_database_url(settings, process=process), projector, settings=settings.database,
+                        process=process))
     except KeyboardInterrupt:
         pass
     return 0

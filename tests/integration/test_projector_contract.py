@@ -5,7 +5,7 @@
 - A fold whose database goes away (its backends terminated mid-transaction,
   or the database refusing connections for a while) waits the outage out
   and resumes: every event is folded exactly once, and each outage is one
-  `projector_database_lost` line (and one `projector_database_back`), not a
+  `database_unavailable` line (and one `database_available`), not a
   traceback per retry.
 """
 
@@ -217,10 +217,11 @@ def test_a_lost_database_is_waited_out_and_every_event_is_folded_once(url, admin
         assert checkpoint == conn.execute("SELECT max(position) FROM journal").fetchone()[0]
     assert rows == distinct == 280  # every event folded, none twice
     events = [entry["event"] for entry in logs]
-    assert events.count("projector_database_lost") == 3, events
-    assert events.count("projector_database_back") == 3, events
-    lost = [entry for entry in logs if entry["event"] == "projector_database_lost"]
-    assert all(entry["log_level"] == "warning" and entry["error"] for entry in lost)
+    assert events.count("database_unavailable") == 3, events
+    assert events.count("database_available") == 3, events
+    lost = [entry for entry in logs if entry["event"] == "database_unavailable"]
+    assert all(entry["log_level"] == "warning" and entry["error"] and entry["process"] == "projector:tally"
+               for entry in lost)
     assert not any("exc_info" in entry or "exception" in entry for entry in logs)
     # psycopg itself may note, once, that the pipeline of the transaction it lost could not end.
     library = [r for r in caplog.records if r.getMessage().endswith("the connection is lost")]

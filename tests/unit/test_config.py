@@ -58,6 +58,10 @@ def test_defaults_without_a_file(cwd):
     assert settings.connectors.interval_floor_seconds == 30
     assert settings.connectors.fixture_enabled is False and settings.connectors.credential_key is None
     assert settings.monitoring.preview_timeout_seconds == 20
+    # docs/decisions.md "A slow or dead database": every wait on PostgreSQL is bounded
+    database = settings.database
+    assert (database.connect_timeout_seconds, database.pool_wait_seconds, database.unresponsive_seconds) == (2, 3, 7)
+    assert (database.statement_timeout_ms, database.lock_timeout_ms, database.retry_after_seconds) == (5000, 4000, 2)
 
 
 def test_the_file_sets_values_and_is_identified_by_its_sha256(tmp_path):
@@ -143,6 +147,9 @@ def test_wrong_types_and_ranges_name_the_key_and_what_it_accepts(tmp_path):
         "[deliveries]\nwindow_seconds = 60\n":
             "deliveries.window_seconds: must be at least the sum of deliveries.retry_schedule (99305)",
         "[connectors]\ncredential_key = \"c2hvcnQ=\"\n": "connectors.credential_key: must be the base64 of 32 bytes",
+        "[database]\nunresponsive_seconds = 0\n": "database.unresponsive_seconds: must be an integer from 1 to 60",
+        "[database]\nunresponsive_seconds = 5\n":
+            "database.unresponsive_seconds: must be more than database.statement_timeout_ms (5000 ms)",
         "[connectors]\npublic_base_url = \"https://svc.example/\"\n":
             "connectors.public_base_url: must be an absolute http(s) URL without a trailing slash",
         "[connectors]\ntrusted_proxies = [\"10.0.0.0/8\", \"proxy\"]\n":

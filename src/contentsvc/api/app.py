@@ -9,6 +9,7 @@ from typing import AsyncIterator
 
 import psycopg
 from litestar import Litestar, Request, Response
+from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from psycopg_pool import PoolTimeout
 
@@ -18,7 +19,14 @@ from contentsvc.api.http import Services
 from contentsvc.api.routes import with_options
 from contentsvc.readmodel.changes import FEED_PROJECTOR, FeedTicker
 from contentsvc.config import MAX_BATCH_BYTES, Settings
-from contentsvc.storage.database import async_pool
+from contentsvc.storage.availability import (
+    DatabaseWatch,
+    StorageUnavailable,
+    connection_options,
+    unreachable,
+    wait_until_answering,
+)
+from contentsvc.storage.database import BoundedPool, async_pool
 from contentsvc.domain.cursors import CursorCodec
 from contentsvc.domain.errors import ApiError, storage_unavailable
 from contentsvc.ids import new_id
@@ -59,9 +67,9 @@ def _http_error(_: Request, exc: HTTPException) -> Response:
                                     retryable=status >= 500, headers=headers))
 
 
-def _storage_error(_: Request, exc: Exception) -> Response:
+def _storage_error(request: Request, exc: Exception) -> Response:
     log.warning("storage_unavailable", error=type(exc).__name__)
-    return _error_response(storage_unavailable())
+    return _error_response(storage_unavailable(request.app.state.settings.database.retry_after_seconds))
 
 
 def _unexpected(request: Request, exc: Exception) -> Response:
@@ -102,12 +110,13 @@ def logging_middleware(app):
     return middleware
 
 
-async def _listen(url: str, feed_moved: FeedTicker, lexical_moved: FeedTicker) -> None:
+async def _listen(url: str, settings: Settings, feed_moved: FeedTicker, lexical_moved: FeedTicker) -> None:
     """Wakes change streams when the read model commits, and reloads searchers
-    when the lexical projector commits; reconnects after outages."""
+    when the lexical projector commits; reconnects after outages (the watch logs them)."""
+    options = connection_options(settings.database, "contentsvc api listen", bounded_statements=False)
     while True:
         try:
-            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True, **options) as conn:
                 await conn.execute(f"LISTEN {PROGRESS_CHANNEL}")
                 async for notice in conn.notifies():
                     if notice.payload == FEED_PROJECTOR:
@@ -117,7 +126,7 @@ async def _listen(url: str, feed_moved: FeedTicker, lexical_moved: FeedTicker) -
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the database is away: streams fall back to polling
-            log.warning("journal_listen_lost", error=type(exc).__name__)
+            log.debug("journal_listen_lost", error=type(exc).__name__)
             await asyncio.sleep(1.0)
 
 
@@ -128,32 +137,51 @@ ROUTES = with_options([
 ])
 
 
+async def _cursor_secret(url: str, settings: Settings) -> bytes:
+    options = connection_options(settings.database, "contentsvc api", bounded_statements=True)
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True, **options) as conn:
+                cur = await conn.execute("SELECT secret FROM service_secrets WHERE name = 'cursor_hmac'")
+                return bytes((await cur.fetchone())[0])
+        except psycopg.OperationalError as exc:
+            if not unreachable(exc):
+                raise
+            await wait_until_answering(url, settings.database, "api")
+
+
 def create_app(settings: Settings, database_url: str) -> Litestar:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        pool = async_pool(database_url)
-        await pool.open(wait=True, timeout=30)
-        async with pool.connection() as conn:
-            cur = await conn.execute("SELECT secret FROM service_secrets WHERE name = 'cursor_hmac'")
-            secret = bytes((await cur.fetchone())[0])
+        # Started during an outage: wait it out (one database_unavailable line), not a crash loop.
+        await wait_until_answering(database_url, settings.database, "api")
+        secret = await _cursor_secret(database_url, settings)
+        pool: BoundedPool
+        watch = DatabaseWatch(database_url, settings.database, "api", on_back=lambda: pool.check())
+        pool = async_pool(database_url, settings.database, watch)
+        await pool.open(wait=False)
         feed_moved, lexical_moved = FeedTicker(), FeedTicker()
         app.state.services = Services(settings, pool, CursorCodec(secret), feed_moved,
                                       LexicalSearcher(settings.home, lexical_moved), VectorSearcher(settings.home))
-        listener = asyncio.create_task(_listen(database_url, feed_moved, lexical_moved))
+        tasks = [asyncio.create_task(_listen(database_url, settings, feed_moved, lexical_moved)),
+                 asyncio.create_task(watch.run())]
         try:
             yield
         finally:
-            listener.cancel()
+            for task in tasks:
+                task.cancel()
             await pool.close()
 
     return Litestar(
         route_handlers=ROUTES,
         lifespan=[lifespan],
+        state=State({"settings": settings}),
         exception_handlers={
             ApiError: _api_error,
             HTTPException: _http_error,
             psycopg.OperationalError: _storage_error,
             PoolTimeout: _storage_error,
+            StorageUnavailable: _storage_error,
             Exception: _unexpected,
         },
         middleware=[logging_middleware],

@@ -6,9 +6,11 @@ import time
 from typing import Annotated, AsyncIterator
 
 import msgspec
+import psycopg
 from litestar import Request, Response
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 from msgspec import Meta
+from psycopg_pool import PoolTimeout
 
 from contentsvc.api.http import Services, respond, services
 from contentsvc.api.routes import Call, Query, Stream, operation
@@ -16,10 +18,14 @@ from contentsvc.auth.principal import Principal, load_principal
 from contentsvc.readmodel.changes import ChangeCursors, read_page, start_position
 from contentsvc.config import CHANGE_PAGE_DEFAULT, CHANGE_PAGE_MAX
 from contentsvc.domain.models import ChangePage, NonEmpty
-from contentsvc.domain.errors import ApiError, not_found
+from contentsvc.domain.errors import ApiError, not_found, storage_unavailable
+from contentsvc.logging import get_logger
+from contentsvc.storage.availability import StorageUnavailable
 from contentsvc.readmodel.corpora import existing_corpora
 
 STREAM_PAGE = 200
+
+log = get_logger("contentsvc.api.changes")
 
 
 def _cursors(svc: Services) -> ChangeCursors:
@@ -67,7 +73,24 @@ async def _still_authorized(svc: Services, request: Request) -> bool:
         return await load_principal(conn, secret) is not None
 
 
+def _stream_error(error: ApiError) -> ServerSentEventMessage:
+    return ServerSentEventMessage(event="stream_error", data=msgspec.json.encode(error.body()).decode())
+
+
 async def _stream(
+    request: Request, svc: Services, p: Principal, corpus_id: str, position: int, start_now: bool
+) -> AsyncIterator[ServerSentEventMessage]:
+    """The events; when the database goes away the stream ends with a stream_error
+    (part 1 rule 19) so the client knows to reconnect from its last event id."""
+    try:
+        async for message in _events(request, svc, p, corpus_id, position, start_now):
+            yield message
+    except (StorageUnavailable, psycopg.OperationalError, PoolTimeout) as exc:
+        log.warning("stream_storage_unavailable", error=type(exc).__name__)
+        yield _stream_error(storage_unavailable(svc.settings.database.retry_after_seconds))
+
+
+async def _events(
     request: Request, svc: Services, p: Principal, corpus_id: str, position: int, start_now: bool
 ) -> AsyncIterator[ServerSentEventMessage]:
     cursors = _cursors(svc)
@@ -79,8 +102,7 @@ async def _stream(
     last_sent = time.monotonic() if start_now else float("-inf")
     while True:
         if not await _still_authorized(svc, request):
-            err = ApiError(401, "invalid_api_key", "The API key was revoked.")
-            yield ServerSentEventMessage(event="stream_error", data=msgspec.json.encode(err.body()).decode())
+            yield _stream_error(ApiError(401, "invalid_api_key", "The API key was revoked."))
             return
         seen = svc.feed_moved.count
         async with svc.pool.connection() as conn:

@@ -23,6 +23,10 @@ from contentsvc.search.embedding import DIMENSIONS, METRIC, MODEL_NAME
            body=SearchRequest, responses={200: SearchResponse})
 async def search_records(call: Call[SearchRequest, None]) -> Response:
     svc = services(call.request)
+    if call.body.mode in ("semantic", "hybrid"):
+        # A process's first load of the query model is no wait on the database: not while
+        # holding a pooled connection (its answer bound, database.unresponsive_seconds).
+        await svc.vectors.warm()
     async with svc.pool.connection() as conn:
         result = await service.search(conn, svc.lexical, svc.vectors, call.principal, call.body)
     return respond(result)

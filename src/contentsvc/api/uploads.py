@@ -159,8 +159,14 @@ async def put_upload_content(call: Call[None, PresignedQuery], upload_id: str) -
         await pipe.close()
         size, sha256 = writer.size, writer.hexdigest()
 
+        matches = size == declared and sha256 == row["sha256"]
+        if matches:
+            # Durable before the row lock is taken: a large Blob's fsync is not a wait on the
+            # database, and must not count against its answer bound (database.unresponsive_seconds).
+            await asyncio.to_thread(writer.finish)
+
         async def store_content() -> str | None:
-            if size == declared and sha256 == row["sha256"]:
+            if matches:
                 return await asyncio.to_thread(writer.commit)
             return None  # not the declared bytes: nothing to keep
 

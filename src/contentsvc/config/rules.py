@@ -34,6 +34,13 @@ def problems(settings: Settings) -> Iterator[tuple[str, str]]:
     if settings.client.url is not None and not _is_http_url(settings.client.url):
         yield "client.url", "must be an absolute http(s) URL"
 
+    database = settings.database
+    if database.unresponsive_seconds * 1000 <= database.statement_timeout_ms:
+        # A slow but live server must answer its own statement_timeout (57014, a clean
+        # 503) before the client gives up on it and closes the connection.
+        yield ("database.unresponsive_seconds",
+               f"must be more than database.statement_timeout_ms ({database.statement_timeout_ms} ms)")
+
     deliveries = settings.deliveries
     if deliveries.window_seconds < sum(deliveries.retry_schedule):
         yield ("deliveries.window_seconds",

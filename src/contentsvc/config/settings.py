@@ -35,6 +35,27 @@ class ApiSettings(Section):
     port: Annotated[int, Meta(ge=1, le=65535)] = 8080
 
 
+class DatabaseSettings(Section):
+    """How long anything waits on PostgreSQL before answering that it is unavailable
+    (docs/decisions.md "A slow or dead database")."""
+
+    # Opening a connection (libpq connect_timeout); also how long TCP keepalives take to
+    # notice a vanished host. Every process.
+    connect_timeout_seconds: Annotated[int, Meta(ge=2, le=60)] = 2
+    # Server-side bounds on the API's connections only (projectors and migrations may
+    # run longer statements). The lock bound stays above search's 2000 ms budget so a
+    # locked search answers 504 search_deadline_exceeded, not 503.
+    statement_timeout_ms: Annotated[int, Meta(ge=100, le=600_000)] = 5000
+    lock_timeout_ms: Annotated[int, Meta(ge=100, le=600_000)] = 4000
+    # How long a request waits for a free pooled connection.
+    pool_wait_seconds: Annotated[int, Meta(ge=1, le=60)] = 3
+    # A frozen server never reaches its statement_timeout: a request whose connection has
+    # given no answer for this long is abandoned (the connection closed, 503 answered).
+    unresponsive_seconds: Annotated[int, Meta(ge=1, le=60)] = 7
+    # The Retry-After of a 503 storage_unavailable.
+    retry_after_seconds: Annotated[int, Meta(ge=1, le=3600)] = 2
+
+
 class ChangeSettings(Section):
     # How long a change-feed cursor stays valid (part 1: change retention, default 7 days).
     retention_seconds: Seconds = 7 * 86400
@@ -126,6 +147,7 @@ class Settings(Section):
     pinned_plugin_attempts: Annotated[int, Meta(ge=1, le=100)] = 10
 
     api: ApiSettings = field(default_factory=ApiSettings)
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
     changes: ChangeSettings = field(default_factory=ChangeSettings)
     uploads: UploadSettings = field(default_factory=UploadSettings)
     search: SearchSettings = field(default_factory=SearchSettings)

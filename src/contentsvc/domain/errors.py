@@ -51,5 +51,7 @@ def invalid_input(message: str, field: str) -> ApiError:
     return ApiError(422, "invalid_input", message, field=field)
 
 
-def storage_unavailable() -> ApiError:
-    return ApiError(503, "storage_unavailable", "The database is unavailable; retry later.", retryable=True)
+def storage_unavailable(retry_after_seconds: int | None = None) -> ApiError:
+    headers = {"Retry-After": str(retry_after_seconds)} if retry_after_seconds is not None else None
+    return ApiError(503, "storage_unavailable", "The database is unavailable; retry later.", retryable=True,
+                    headers=headers)

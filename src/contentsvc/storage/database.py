@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import logging
 import warnings
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import AsyncIterator
 
 import psycopg
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from contentsvc.config import Settings
+from contentsvc.config.settings import DatabaseSettings
+from contentsvc.storage.availability import DatabaseWatch, StorageUnavailable, answer_within, connection_options
 from contentsvc.logging import get_logger
 
 log = get_logger("contentsvc.storage.database")
@@ -44,12 +49,37 @@ def connect(url: str, **kwargs) -> psycopg.Connection:
     return psycopg.connect(url, **kwargs)
 
 
-def async_pool(url: str, min_size: int = 2, max_size: int = 16) -> AsyncConnectionPool:
-    # Autocommit: a plain read needs no transaction (and no ROLLBACK when the
-    # connection goes back); commands open theirs explicitly.
-    return AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False, timeout=5.0,
-                               kwargs={"autocommit": True})
+class BoundedPool(AsyncConnectionPool):
+    """The API's pool: a connection is lent only while the watch sees PostgreSQL answer,
+    and a request holding one gets no answer for at most `unresponsive_seconds`
+    (docs/decisions.md "A slow or dead database"); past either, StorageUnavailable."""
 
+    def __init__(self, url: str, settings: DatabaseSettings, watch: DatabaseWatch | None = None, *,
+                 min_size: int = 2, max_size: int = 16, application_name: str = "contentsvc api") -> None:
+        # Autocommit: a plain read needs no transaction (and no ROLLBACK when the
+        # connection goes back); commands open theirs explicitly.
+        kwargs = {"autocommit": True, **connection_options(settings, application_name, bounded_statements=True)}
+        super().__init__(url, min_size=min_size, max_size=max_size, open=False,
+                         timeout=float(settings.pool_wait_seconds), kwargs=kwargs)
+        self.unresponsive_seconds = float(settings.unresponsive_seconds)
+        self.watch = watch
+        # During an outage the pool and psycopg note each failed connect, cancellation and dropped
+        # connection; the watch's database_unavailable / database_available lines say it once.
+        for name in ("psycopg", "psycopg.pool"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+    @asynccontextmanager
+    async def connection(self, timeout: float | None = None, *,
+                         within: float | None = None) -> AsyncIterator[AsyncConnection]:
+        if self.watch is not None and not self.watch.available:
+            raise StorageUnavailable("the database is not answering")
+        async with answer_within(within or self.unresponsive_seconds), super().connection(timeout) as conn:
+            yield conn
+
+
+def async_pool(url: str, settings: DatabaseSettings | None = None, watch: DatabaseWatch | None = None,
+               min_size: int = 2, max_size: int = 16) -> BoundedPool:
+    return BoundedPool(url, settings or DatabaseSettings(), watch, min_size=min_size, max_size=max_size)
 
 
 def _use_msgspec_for_json() -> None:

@@ -143,6 +143,8 @@ def test_wrong_types_and_ranges_name_the_key_and_what_it_accepts(tmp_path):
         "[deliveries]\nwindow_seconds = 60\n":
             "deliveries.window_seconds: must be at least the sum of deliveries.retry_schedule (99305)",
         "[connectors]\ncredential_key = \"c2hvcnQ=\"\n": "connectors.credential_key: must be the base64 of 32 bytes",
+        "[api]\npublic_base_url = \"svc.example:8080\"\n":
+            "api.public_base_url: must be an absolute http(s) URL without a trailing slash",
         "[connectors]\npublic_base_url = \"https://svc.example/\"\n":
             "connectors.public_base_url: must be an absolute http(s) URL without a trailing slash",
         "[connectors]\ntrusted_proxies = [\"10.0.0.0/8\", \"proxy\"]\n":

@@ -127,7 +127,11 @@ ROUTES = [
 ]
 
 
-def create_app(settings: Settings, database_url: str) -> Litestar:
+def create_app(settings: Settings, database_url: str, public_base_url: str | None = None) -> Litestar:
+    """public_base_url: where clients reach this API (default: from the settings; `serve` passes
+    the one for the address it was told to listen on)."""
+    public_base_url = public_base_url or settings.public_base_url()
+
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         pool = async_pool(database_url)
@@ -137,7 +141,8 @@ def create_app(settings: Settings, database_url: str) -> Litestar:
             secret = bytes((await cur.fetchone())[0])
         feed_moved, lexical_moved = FeedTicker(), FeedTicker()
         app.state.services = Services(settings, pool, CursorCodec(secret), feed_moved,
-                                      LexicalSearcher(settings.home, lexical_moved), VectorSearcher(settings.home))
+                                      LexicalSearcher(settings.home, lexical_moved), VectorSearcher(settings.home),
+                                      public_base_url)
         listener = asyncio.create_task(_listen(database_url, feed_moved, lexical_moved))
         try:
             yield

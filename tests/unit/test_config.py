@@ -243,3 +243,19 @@ def test_settings_are_immutable():
     settings = Settings()
     with pytest.raises(AttributeError):
         settings.api.port = 1
+
+
+def test_the_public_base_url_is_configured_never_guessed(tmp_path):
+    # The base of an Upload's put_url: api.public_base_url, else the deployment's
+    # connectors.public_base_url (CONTENTSVC_PUBLIC_BASE_URL), else the address the API listens on.
+    settings = load_configuration(write(tmp_path, "[api]\nport = 9000\n"), {}).settings
+    assert settings.public_base_url() == "http://127.0.0.1:9000"
+    assert settings.public_base_url("::1", 9001) == "http://[::1]:9001"  # serve --host/--port win
+    settings = load_configuration(write(tmp_path, "[api]\nport = 9000\n"),
+                                  {"CONTENTSVC_PUBLIC_BASE_URL": "https://svc.example"}).settings
+    assert settings.public_base_url("127.0.0.1", 9000) == "https://svc.example"
+    path = write(tmp_path, "[api]\npublic_base_url = \"https://api.example\"\n"
+                           "[connectors]\npublic_base_url = \"https://hooks.example\"\n")
+    settings = load_configuration(path, {}).settings
+    assert settings.public_base_url("127.0.0.1", 9000) == "https://api.example"
+    assert tomllib.loads(render(load_configuration(path, {})))["api"]["public_base_url"] == "https://api.example"

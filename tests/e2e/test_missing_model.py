@@ -10,6 +10,7 @@ same deployment restarted with `search.model_dir` at the installed model's files
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from tests.conftest import (
     wait_current,
     wait_resolved,
 )
+from tests.e2e.test_mcp import call, tool_session
 
 TEXT = "Vaccines prevent measles infection in children."
 
@@ -87,6 +89,14 @@ def test_without_the_model_semantic_and_hybrid_are_503_lexical_works_and_a_resta
             body = assert_error(api.post("/v0/search", json={"query": "measles", "corpus_ids": [corpus]}),
                                 503, "search_unavailable")  # no mode given: hybrid
             assert INSTALL_HINT in body["message"]
+
+            # The MCP search tool (hybrid) passes the same Error on to the agent (part1 "Agent tool server").
+            async def tool_search():
+                async with tool_session(server.base_url, secret) as session:
+                    return await call(session, "search", {"query": "measles vaccine", "corpus_ids": [corpus]})
+
+            error, body = asyncio.run(tool_search())
+            assert error and body["code"] == "search_unavailable" and INSTALL_HINT in body["message"], body
 
             # Lexical search keeps working (part 1 rule 20).
             r = search(api, corpus, "lexical")

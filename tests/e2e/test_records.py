@@ -680,3 +680,71 @@ def test_concurrent_retries_share_one_receipt(server, make_key, org, api):
     assert first["outcome"] == second["outcome"] == "created"
     listed = api.get("/v0/records", params={"corpus_id": corpus}).json()["items"]
     assert len(listed) == 2
+
+
+# ----------------------------------------------------------------- Blob references need blobs:read
+
+
+def _manifest_with_blob(blob_id: str) -> dict:
+    return {"kind": "manifest", "parts": [
+        {"key": "intro", "role": "body", "content": {"kind": "text", "text": "Intro"}},
+        {"key": "file", "role": "body", "content": {"kind": "blob", "blob_id": blob_id, "media_type": "text/plain"}},
+    ]}
+
+
+def test_a_blob_reference_needs_blobs_read_besides_content_write(server, make_key, org, api):
+    corpus = create_corpus(api, _cid())
+    blob = verified_blob(api, b"a verified blob of this organization")
+    by_blob = blob_command(corpus, "blob", blob["blob_id"], "text/plain")
+    by_part = {**blob_command(corpus, "part", "unused", "text/plain"), "content": _manifest_with_blob(blob["blob_id"])}
+    # part1 rule 8: possessing an id grants nothing; decisions-part2 "Blob references": a Blob
+    # reference needs blobs:read besides content:write, else 403 forbidden at the reference.
+    with client_for(server, make_key(org, "content:write,content:read")) as writer:
+        err = assert_error(writer.post("/v0/records", json=by_blob), 403, "forbidden")
+        assert err["field"] == "/content/blob_id" and "blobs:read" in err["message"]
+        err = assert_error(writer.post("/v0/records", json=by_part), 403, "forbidden")
+        assert err["field"] == "/content/parts/1/content/blob_id"
+        # part1 rule 2: a batch answers each entry on its own; text entries are unaffected.
+        text = text_command(corpus, "text", "no blob here")
+        r = writer.post("/v0/records/batch", json={"entries": [text, by_blob, by_part]})
+        assert r.status_code == 200, r.text
+        items = r.json()["items"]
+        assert [i["status"] for i in items] == [202, 403, 403]
+        assert [i["error"]["code"] for i in items[1:]] == ["forbidden", "forbidden"]
+        assert items[1]["error"]["field"] == "/entries/1/content/blob_id"
+        assert items[2]["error"]["field"] == "/entries/2/content/parts/1/content/blob_id"
+    # Nothing was accepted for the refused commands: the same commands from a key with blobs:read
+    # are new Receipts, created.
+    with client_for(server, make_key(org, "content:write,content:read,blobs:read")) as reader:
+        for cmd in (by_blob, by_part):
+            r = reader.post("/v0/records", json=cmd)
+            assert r.status_code == 202, r.text
+            assert wait_resolved(reader, r.json()["receipt_id"])["outcome"] == "created"
+
+
+def test_an_unknown_blob_or_another_organizations_blob_is_unverified_blob(server, make_key, org, api):
+    corpus = create_corpus(api, _cid())
+    other_org = f"org-{uuid.uuid4().hex[:8]}"
+    with client_for(server, make_key(other_org)) as other:
+        theirs = verified_blob(other, b"a blob of another organization")["blob_id"]
+    # decisions-part2 "Blob references": an unknown Blob, or one of another Organization, is 422
+    # unverified_blob (part1 rule 8: possessing its id grants nothing).
+    for blob_id in ("blob_UNKNOWN", theirs):
+        err = assert_error(api.post("/v0/records", json=blob_command(corpus, "x", blob_id, "text/plain")),
+                           422, "unverified_blob")
+        assert err["field"] == "/content/blob_id"
+        cmd = {**blob_command(corpus, "y", "unused", "text/plain"), "content": _manifest_with_blob(blob_id)}
+        err = assert_error(api.post("/v0/records", json=cmd), 422, "unverified_blob")
+        assert err["field"] == "/content/parts/1/content/blob_id"
+    ours = verified_blob(api, b"our own blob")["blob_id"]
+    entries = [blob_command(corpus, "unknown", "blob_UNKNOWN", "text/plain"),
+               blob_command(corpus, "theirs", theirs, "text/plain"),
+               blob_command(corpus, "ours", ours, "text/plain"),
+               {**blob_command(corpus, "theirs-part", "unused", "text/plain"), "content": _manifest_with_blob(theirs)}]
+    r = api.post("/v0/records/batch", json={"entries": entries})
+    assert r.status_code == 200, r.text
+    items = r.json()["items"]
+    assert [i["status"] for i in items] == [422, 422, 202, 422]
+    assert [items[i]["error"]["field"] for i in (0, 1, 3)] == [
+        "/entries/0/content/blob_id", "/entries/1/content/blob_id", "/entries/3/content/parts/1/content/blob_id"]
+    assert {items[i]["error"]["code"] for i in (0, 1, 3)} == {"unverified_blob"}

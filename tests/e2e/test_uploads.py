@@ -388,6 +388,43 @@ def test_blobs_actions_are_enforced(api, server, make_key, org):
         assert_error(anonymous.get(f"/v0/blobs/{upload['blob_id']}"), 401, "invalid_api_key")
 
 
+def test_put_url_ignores_a_forged_host_header(api, server):
+    data = b"bytes for the real server"
+    # The presigned URL is built from the configured public base URL (default: the address the
+    # server listens on), never from request headers: a forged Host or X-Forwarded-Host does not
+    # send the client's bytes elsewhere.
+    forged = {"Host": "attacker.example", "X-Forwarded-Host": "attacker.example", "X-Forwarded-Proto": "https"}
+    r = api.post("/v0/uploads", json=upload_request(data), headers=forged)
+    assert r.status_code == 201, r.text
+    upload = r.json()
+    assert upload["put_url"].startswith(f"{server.base_url}/v0/uploads/{upload['upload_id']}/content?"), upload
+    r = api.get(f"/v0/uploads/{upload['upload_id']}", headers=forged)
+    assert r.status_code == 200 and r.json()["put_url"] == upload["put_url"]
+    assert put_content(upload, data).status_code == 200
+
+
+def test_put_url_uses_the_configured_public_base_url(database_url, make_key, tmp_path):
+    org = f"org-{uuid.uuid4().hex[:8]}"
+    config = tmp_path / "contentsvc.toml"
+    config.write_text('[api]\npublic_base_url = "https://files.example.test/content"\n')
+    proxied = ServerProcess(database_url, tmp_path, extra_env={"CONTENTSVC_CONFIG": str(config)})
+    try:
+        with client_for(proxied, make_key(org)) as client:
+            data = b"through the proxy"
+            # api.public_base_url: where clients reach the API, e.g. behind a proxy; a forged Host
+            # changes nothing.
+            r = client.post("/v0/uploads", json=upload_request(data), headers={"Host": "attacker.example"})
+            assert r.status_code == 201, r.text
+            upload = r.json()
+            prefix = f"https://files.example.test/content/v0/uploads/{upload['upload_id']}/content?"
+            assert upload["put_url"].startswith(prefix), upload
+            # What the proxy forwards to the API (the same path and query) is a valid presigned PUT.
+            direct = upload["put_url"].replace("https://files.example.test/content", proxied.base_url)
+            assert put_content({**upload, "put_url": direct}, data).status_code == 200
+    finally:
+        proxied.stop()
+
+
 # ----------------------------------------------------------------- ingest with BlobContent
 
 

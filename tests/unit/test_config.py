@@ -150,6 +150,8 @@ def test_wrong_types_and_ranges_name_the_key_and_what_it_accepts(tmp_path):
         "[database]\nunresponsive_seconds = 0\n": "database.unresponsive_seconds: must be an integer from 1 to 60",
         "[database]\nunresponsive_seconds = 5\n":
             "database.unresponsive_seconds: must be more than database.statement_timeout_ms (5000 ms)",
+        "[api]\npublic_base_url = \"svc.example:8080\"\n":
+            "api.public_base_url: must be an absolute http(s) URL without a trailing slash",
         "[connectors]\npublic_base_url = \"https://svc.example/\"\n":
             "connectors.public_base_url: must be an absolute http(s) URL without a trailing slash",
         "[connectors]\ntrusted_proxies = [\"10.0.0.0/8\", \"proxy\"]\n":
@@ -248,3 +250,19 @@ def test_settings_are_immutable():
     settings = Settings()
     with pytest.raises(AttributeError):
         settings.api.port = 1
+
+
+def test_the_public_base_url_is_configured_never_guessed(tmp_path):
+    # The base of an Upload's put_url: api.public_base_url, else the deployment's
+    # connectors.public_base_url (CONTENTSVC_PUBLIC_BASE_URL), else the address the API listens on.
+    settings = load_configuration(write(tmp_path, "[api]\nport = 9000\n"), {}).settings
+    assert settings.public_base_url() == "http://127.0.0.1:9000"
+    assert settings.public_base_url("::1", 9001) == "http://[::1]:9001"  # serve --host/--port win
+    settings = load_configuration(write(tmp_path, "[api]\nport = 9000\n"),
+                                  {"CONTENTSVC_PUBLIC_BASE_URL": "https://svc.example"}).settings
+    assert settings.public_base_url("127.0.0.1", 9000) == "https://svc.example"
+    path = write(tmp_path, "[api]\npublic_base_url = \"https://api.example\"\n"
+                           "[connectors]\npublic_base_url = \"https://hooks.example\"\n")
+    settings = load_configuration(path, {}).settings
+    assert settings.public_base_url("127.0.0.1", 9000) == "https://api.example"
+    assert tomllib.loads(render(load_configuration(path, {})))["api"]["public_base_url"] == "https://api.example"

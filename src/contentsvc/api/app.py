@@ -150,7 +150,11 @@ async def _cursor_secret(url: str, settings: Settings) -> bytes:
             await wait_until_answering(url, settings.database, "api")
 
 
-def create_app(settings: Settings, database_url: str) -> Litestar:
+def create_app(settings: Settings, database_url: str, public_base_url: str | None = None) -> Litestar:
+    """public_base_url: where clients reach this API (default: from the settings; `serve` passes
+    the one for the address it was told to listen on)."""
+    public_base_url = public_base_url or settings.public_base_url()
+
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         # Started during an outage: wait it out (one database_unavailable line), not a crash loop.
@@ -162,7 +166,8 @@ def create_app(settings: Settings, database_url: str) -> Litestar:
         await pool.open(wait=False)
         feed_moved, lexical_moved = FeedTicker(), FeedTicker()
         app.state.services = Services(settings, pool, CursorCodec(secret), feed_moved,
-                                      LexicalSearcher(settings.home, lexical_moved), VectorSearcher(settings.home))
+                                      LexicalSearcher(settings.home, lexical_moved), VectorSearcher(settings.home),
+                                      public_base_url)
         tasks = [asyncio.create_task(_listen(database_url, settings, feed_moved, lexical_moved)),
                  asyncio.create_task(watch.run())]
         try:

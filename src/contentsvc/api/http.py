@@ -29,6 +29,7 @@ class Services:
     feed_moved: FeedTicker  # bumped when the read model commits (LISTEN)
     lexical: LexicalSearcher  # the serving lexical generation, reloaded when the lexical projector commits
     vectors: VectorSearcher  # the serving vector generation's snapshot and the query embedder
+    public_base_url: str  # where clients reach this API: the base of the URLs it hands out
 
 
 def services(request: Request) -> Services:

@@ -64,7 +64,9 @@ def blob_store(request: Request) -> BlobStore:
 
 def upload_view(request: Request, row: dict, secret: bytes) -> Upload:
     upload_id = row["upload_id"]
-    base = str(request.base_url).rstrip("/")
+    # The configured public base URL, never the request's Host header: a forged Host must not
+    # send the client's bytes elsewhere.
+    base = services(request).public_base_url
     return Upload(
         upload_id=upload_id,
         state=row["state"],

@@ -42,6 +42,15 @@ class Accepted:
 SourceCommand = IngestCommand | WithdrawalCommand
 
 
+def require_blob_read(p: Principal, cmd: IngestCommand) -> None:
+    """A Blob reference reads the Blob: it needs blobs:read besides content:write (part 1 rule 8,
+    possessing an id grants nothing; decisions-part2, "Blob references"), at the first reference."""
+    references = blob_references(cmd)
+    if references and not p.may("blobs:read"):
+        raise ApiError(403, "forbidden", "The API key lacks the action blobs:read, which referencing a Blob"
+                       " needs (besides content:write).", field=f"{references[0][0]}/blob_id")
+
+
 async def accept_source_commands(
     conn: AsyncConnection, p: Principal, commands: list[SourceCommand | ApiError], family: str
 ) -> list[Accepted | ApiError]:
@@ -56,6 +65,7 @@ async def accept_source_commands(
         try:
             p.require_corpus(cmd.source.corpus_id)
             if isinstance(cmd, IngestCommand):
+                require_blob_read(p, cmd)
                 check_ingest(cmd)
         except ApiError as exc:
             results[i] = exc

@@ -31,6 +31,11 @@ def _is_http_url(value: str) -> bool:
 
 def problems(settings: Settings) -> Iterator[tuple[str, str]]:
     """(key path, problem) for every broken rule, in key order."""
+    for key, url in (("api.public_base_url", settings.api.public_base_url),
+                     ("connectors.public_base_url", settings.connectors.public_base_url)):
+        if url is not None and (not _is_http_url(url) or url.endswith("/")):
+            yield key, "must be an absolute http(s) URL without a trailing slash"
+
     if settings.client.url is not None and not _is_http_url(settings.client.url):
         yield "client.url", "must be an absolute http(s) URL"
 
@@ -53,9 +58,6 @@ def problems(settings: Settings) -> Iterator[tuple[str, str]]:
     for key_id, key in connectors.retired_credential_keys.items():
         if not _is_base64_key(key):
             yield f"connectors.retired_credential_keys.{key_id}", key_problem
-    url = connectors.public_base_url
-    if url is not None and (not _is_http_url(url) or url.endswith("/")):
-        yield "connectors.public_base_url", "must be an absolute http(s) URL without a trailing slash"
     for index, cidr in enumerate(connectors.trusted_proxies):
         try:
             ipaddress.ip_network(cidr, strict=False)

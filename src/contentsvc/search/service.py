@@ -29,6 +29,7 @@ from contentsvc.domain.models import (
 from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.readmodel import vectors as current_vectors
 from contentsvc.search import generations, lexical_index, semantic, vector_index
+from contentsvc.search.embedding import EmbeddingModelMissing
 from contentsvc.search.excerpts import excerpt, query_terms
 
 MAX_QUERY_CHARS = 8192
@@ -43,6 +44,14 @@ CANDIDATE_ROUNDS = 3
 def search_unavailable(why: str) -> ApiError:
     return ApiError(503, "search_unavailable", f"The search index is unavailable ({why}); retry later.",
                     retryable=True)
+
+
+def embedding_model_missing(exc: EmbeddingModelMissing) -> ApiError:
+    """Semantic and hybrid search without the query embedder: the operator's fix, named."""
+    return ApiError(503, "search_unavailable",
+                    f"Semantic and hybrid search are unavailable: the embedding model of vector space"
+                    f" {vector_index.SPACE!r} is not installed on the server. {exc} Then restart the"
+                    " service. Lexical search works meanwhile.", retryable=True)
 
 
 class LexicalSearcher:
@@ -111,13 +120,18 @@ class VectorSearcher:
         return self._index
 
     async def warm(self) -> None:
-        """Loads the query embedder once per process; search() calls it before its deadline starts."""
+        """Loads the query embedder once per process; search() calls it before its deadline starts.
+        Without the model files a semantic or hybrid search is 503 naming the fix (the model is
+        looked for again on the next search: an operator may install it and restart)."""
         if self._embedder is None:
             async with self._lock:
                 if self._embedder is None:
                     from contentsvc.search.embedding import MiniLMEmbedder
 
-                    self._embedder = await asyncio.to_thread(MiniLMEmbedder)
+                    try:
+                        self._embedder = await asyncio.to_thread(MiniLMEmbedder)
+                    except EmbeddingModelMissing as exc:
+                        raise embedding_model_missing(exc) from None
 
     async def embed(self, text: str):
         await self.warm()

@@ -15,10 +15,13 @@ from jsonschema import Draft202012Validator
 
 from contentsvc.plugins.manifest import (
     ManifestError,
+    SettingsError,
+    installed_settings,
     manifest_digest,
     meta_schema,
     parse_manifest,
     pointer,
+    roles,
     validate_against,
 )
 
@@ -194,3 +197,36 @@ def test_instances_are_checked_against_declared_schemas_with_pointers():
     (issue,) = validate_against(schema, {"timeout_seconds": "slow"})
     assert issue.pointer == "/timeout_seconds"
     assert validate_against(schema, {"timeout_seconds": 3}) == []
+
+
+# ---------------------------------------------------------------- installed settings
+
+CONFIGURED = {**NORMALIZER, "contributions": {"normalizer": {"media_types": ["application/pdf", "text/markdown"]}},
+              "configuration_schema": {"type": "object", "additionalProperties": False,
+                                       "properties": {"timeout_seconds": {"type": "integer"}}}}
+
+
+def test_settings_default_to_every_declared_route_and_give_roles():
+    # decisions-part2: routes default to every media type the normalizer declares, not optional
+    manifest = parse_manifest(encode(CONFIGURED)).manifest
+    settings = installed_settings(manifest, None)
+    assert [(r.media_type, r.optional) for r in settings.routes] == [("application/pdf", False),
+                                                                      ("text/markdown", False)]
+    assert roles(manifest, settings) == ["normalizer:application/pdf", "normalizer:text/markdown"]
+
+
+@pytest.mark.parametrize(("raw", "where"), [
+    ({"configuration": {"timeout_seconds": "slow"}}, "/configuration/timeout_seconds"),
+    ({"configuration": {"other": 1}}, "/configuration"),
+    ({"routes": [{"media_type": "image/png"}]}, "/routes/0/media_type"),
+    ({"routes": [{"media_type": "text/markdown"}, {"media_type": "text/markdown"}]}, "/routes/1/media_type"),
+    ({"routes": [{"media_type": "text/markdown", "fallback": True}]}, "/routes/0"),
+    ({"kinds": ["rss"]}, "/kinds/0"),
+    ({"spaces": ["minilm"]}, "/spaces/0"),
+    ({"colour": "blue"}, "/colour"),
+])
+def test_settings_the_manifest_does_not_allow_are_refused_by_pointer(raw, where):
+    # decisions-part2: configuration validated against configuration_schema; routes/kinds/spaces declared
+    with pytest.raises(SettingsError) as caught:
+        installed_settings(parse_manifest(encode(CONFIGURED)).manifest, raw)
+    assert caught.value.pointer == where

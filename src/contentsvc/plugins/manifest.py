@@ -356,3 +356,93 @@ def validate_against(schema: object, instance: object) -> list[ManifestIssue]:
     errors = sorted(Draft202012Validator(schema).iter_errors(instance),
                     key=lambda e: (list(map(str, e.absolute_path)), e.message))
     return [ManifestIssue(pointer(*error.absolute_path), error.message) for error in errors]
+
+
+# ---------------------------------------------------------------- installed settings
+
+
+class RouteSetting(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    media_type: str
+    optional: bool = False
+
+
+class InstalledSettings(msgspec.Struct, frozen=True):
+    """What an operator installs a plugin with (decisions-part2 `[plugins.<id>]` and the registration's
+    `settings`): its configuration, and which declared routes, kinds and spaces it serves."""
+
+    configuration: dict
+    routes: list[RouteSetting]
+    kinds: list[str]
+    spaces: list[str]
+
+
+class SettingsError(ValueError):
+    """Settings the manifest does not allow; `pointer` is into the settings object."""
+
+    def __init__(self, pointer: str, message: str):
+        super().__init__(f"{pointer or '/'}: {message}")
+        self.pointer = pointer
+        self.message = message
+
+
+def installed_settings(manifest: Manifest, raw: dict | None) -> InstalledSettings:
+    """Settings with their defaults (every declared route, kind and space), checked against the manifest:
+    configuration valid against `configuration_schema`, routes, kinds and spaces declared by it."""
+    raw = dict(raw or {})
+    unknown = sorted(set(raw) - {"configuration", "routes", "kinds", "spaces"})
+    if unknown:
+        raise SettingsError(pointer(unknown[0]), "unknown setting")
+    configuration = raw.get("configuration", {})
+    if not isinstance(configuration, dict):
+        raise SettingsError("/configuration", "must be a table (object)")
+    issues = validate_against(manifest.configuration_schema, configuration)
+    if issues:
+        raise SettingsError("/configuration" + issues[0].pointer, issues[0].message)
+
+    contributions = manifest.contributions
+    declared_types = contributions.normalizer.media_types if contributions.normalizer else []
+    routes_raw = raw.get("routes", [{"media_type": media_type} for media_type in declared_types])
+    if not isinstance(routes_raw, list):
+        raise SettingsError("/routes", "must be an array of {media_type, optional}")
+    routes = []
+    for n, entry in enumerate(routes_raw):
+        try:
+            route = msgspec.convert(entry, RouteSetting)
+        except msgspec.ValidationError as exc:
+            raise SettingsError(pointer("routes", n), str(exc)) from None
+        if route.media_type not in declared_types:
+            raise SettingsError(pointer("routes", n, "media_type"),
+                                f"{route.media_type!r} is not a media type the manifest's normalizer declares")
+        if route.media_type in (r.media_type for r in routes):
+            raise SettingsError(pointer("routes", n, "media_type"), f"{route.media_type!r} appears twice")
+        routes.append(route)
+
+    declared_kinds = [kind.kind for kind in contributions.connector.kinds] if contributions.connector else []
+    declared_spaces = [space.name for space in contributions.ingestion.spaces] if contributions.ingestion else []
+    kinds = _declared_names(raw, "kinds", declared_kinds, "connector kind")
+    spaces = _declared_names(raw, "spaces", declared_spaces, "ingestion space")
+    return InstalledSettings(configuration=configuration, routes=routes, kinds=kinds, spaces=spaces)
+
+
+def _declared_names(raw: dict, member: str, declared: list[str], what: str) -> list[str]:
+    names = raw.get(member, list(declared))
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise SettingsError(pointer(member), "must be an array of strings")
+    for n, name in enumerate(names):
+        if name not in declared:
+            raise SettingsError(pointer(member, n), f"{name!r} is not a {what} the manifest declares")
+        if name in names[:n]:
+            raise SettingsError(pointer(member, n), f"{name!r} appears twice")
+    return names
+
+
+def roles(manifest: Manifest, settings: InstalledSettings) -> list[str]:
+    """The roles a registration serves (decisions-part2 "Registration request"), sorted."""
+    found = [f"normalizer:{route.media_type}" for route in settings.routes]
+    if manifest.contributions.subscription is not None:
+        found.append(f"subscription:{manifest.id}")
+    found += [f"connector:{kind}" for kind in settings.kinds]
+    found += [f"ingestion:{space}" for space in settings.spaces]
+    if manifest.contributions.retrieval is not None:
+        found += [f"retrieval:{profile.name}" for profile in manifest.contributions.retrieval.profiles]
+    return sorted(found)

@@ -14,12 +14,15 @@ import httpx
 
 from contentsvc.processes.local_service import free_port
 
-PLUGINS = Path(__file__).resolve().parents[2] / "src" / "contentsvc_plugins"
+CHECKOUT = Path(__file__).resolve().parents[2]
+PLUGINS = CHECKOUT / "src" / "contentsvc_plugins"
+TEST_PLUGINS = CHECKOUT / "tests" / "fixtures" / "plugins"
 CONTENTSVC = [sys.executable, "-m", "contentsvc.cli"]
 
 
 class PluginProcess:
-    def __init__(self, name: str, log_dir: Path, token: str | None = None):
+    def __init__(self, name: str, log_dir: Path, token: str | None = None, module: str | None = None):
+        """`name` is a first-party plugin; or `module` names a test plugin module run with the port."""
         self.name = name
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -28,8 +31,10 @@ class PluginProcess:
         if token:
             env["CONTENTSVC_PLUGIN_TOKEN"] = token
         self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen([*CONTENTSVC, "plugin", "serve", name, "--port", str(self.port)],
-                                        stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=log_dir)
+        command = [sys.executable, "-m", module, str(self.port)] if module else \
+            [*CONTENTSVC, "plugin", "serve", name, "--port", str(self.port)]
+        env["PYTHONPATH"] = str(CHECKOUT)  # test plugin modules live in the checkout's tests/
+        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=log_dir)
         self._wait_listening()
 
     def _wait_listening(self, timeout: float = 30) -> None:

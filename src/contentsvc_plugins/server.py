@@ -122,6 +122,7 @@ class ProtocolApp:
         try:
             status, body = await self._answer(path, method, headers, receive)
             extra_headers: dict[str, str] = {}
+            _encode(body)  # an answer that cannot be sent is the handler's defect, answered as one
         except PluginError as error:
             status, body, extra_headers = error.status, error.body(), error.headers
         except Exception as exc:  # a defect answers the error body, never a traceback
@@ -195,8 +196,12 @@ def _decode(raw: bytes) -> dict:
     return request
 
 
+def _encode(body: dict) -> bytes:
+    return json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
+
+
 async def _respond(send: Send, status: int, body: dict, headers: dict[str, str]) -> None:
-    payload = json.dumps(body, ensure_ascii=False).encode()
+    payload = _encode(body)
     raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     raw_headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})

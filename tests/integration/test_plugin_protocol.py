@@ -174,9 +174,11 @@ def test_a_token_protected_plugin_refuses_every_route_without_it(evaluator_plugi
                            headers={"Authorization": "Bearer wrong"} if route == "discovery" else {})
         assert answer.status_code == 401, route
         assert answer.json()["code"] == "invalid_plugin_token" and answer.json()["retryable"] is False
-    with pytest.raises(PluginFailed) as caught:
+    # the client without the token cannot confirm the build: unreachable (retried), not a plugin decision
+    with pytest.raises(PluginUnreachable) as caught:
         call(target_for(evaluator_plugin, "fixture_evaluator"), "subscription", {})
-    assert caught.value.code == "invalid_plugin_token"
+    assert (caught.value.cause, caught.value.status) == ("unauthorized", 401)
+    assert "invalid_plugin_token" in caught.value.message
     assert TOKEN not in evaluator_plugin.log()  # the token is never logged
 
 

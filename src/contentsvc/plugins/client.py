@@ -68,8 +68,8 @@ class PluginCallError(Exception):
 class PluginUnreachable(PluginCallError):
     """Connect failure, timeout, a non-2xx answer without the error body, or discovery naming another
     build: retried with backoff, and part 1's `plugin_unavailable` meanwhile. `cause` is a short code
-    (`connect`, `timeout`, `unexpected_status`, `invalid_discovery`, `identity_mismatch`,
-    `digest_mismatch`, `invalid_response`)."""
+    (`connect`, `timeout`, `unexpected_status`, `unauthorized`, `invalid_discovery`,
+    `identity_mismatch`, `digest_mismatch`, `invalid_response`)."""
 
     def __init__(self, cause: str, message: str, status: int | None = None):
         super().__init__(message)
@@ -172,7 +172,13 @@ class PluginClient:
         response = await self._send("GET", "discovery", timeout)
         answer = _json_object(response)
         if response.status_code != 200:
-            raise _refusal(response, answer, "discovery")
+            # A plugin that will not say which build it is cannot be used: unreachable, whatever its reason
+            # (a wrong token included), so pinned work waits and retries instead of failing for good.
+            error = plugin_error(response.status_code, answer)
+            said = f" {error.code}: {error.message}" if error else " without the plugin error body"
+            cause = "unauthorized" if response.status_code == 401 else "unexpected_status"
+            raise PluginUnreachable(cause, f"{self.target.plugin_id} answered discovery with "
+                                           f"{response.status_code}{said}", response.status_code)
         try:
             plugin = answer["plugin"]
             found = Discovery(plugin_api=answer["plugin_api"], plugin_id=plugin["id"], version=plugin["version"],

@@ -90,7 +90,7 @@ def call_issue(exc: Exception) -> Issue:
     if isinstance(exc, PluginUnreachable):
         if exc.cause == "timeout":
             return Issue("timeout", exc.message)
-        if exc.cause in ("unexpected_status", "invalid_response", "invalid_discovery"):
+        if exc.cause in ("unexpected_status", "unauthorized", "invalid_response", "invalid_discovery"):
             return Issue("unexpected_status", exc.message)
         return Issue("unreachable", exc.message)
     assert isinstance(exc, PluginFailed)

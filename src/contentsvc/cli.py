@@ -205,6 +205,35 @@ def _embedding_model_status(settings: Settings) -> str:
                 f" until it is installed.\n# {exc}")
 
 
+def cmd_plugin(args, settings: Settings) -> int:
+    """decisions-part2, "Operator CLI additions": serve and list first-party plugins, check one."""
+    from contentsvc.config.environment import plugin_token
+    from contentsvc_plugins.catalog import FIRST_PARTY, first_party
+
+    if args.action == "list":
+        for entry in FIRST_PARTY:
+            print(f"{entry.name:<18} {entry.port:>5}  {'' if entry.available else '(not built)'}".rstrip())
+        return 0
+    if args.action == "check":
+        from contentsvc.plugins.contract_check import check_command
+
+        return check_command(Path(args.path), args.endpoint, Path(args.settings) if args.settings else None,
+                             plugin_token(), as_json=args.json)
+    from contentsvc_plugins.server import ServeRefused, serve
+
+    entry = first_party(args.name)
+    if entry is None or not entry.available:
+        known = ", ".join(e.name for e in FIRST_PARTY if e.available)
+        print(f"no first-party plugin {args.name!r} (available: {known})", file=sys.stderr)
+        return 2
+    try:
+        serve(entry.build(), args.host, args.port or entry.port, plugin_token())
+    except ServeRefused as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contentsvc", description="A content service on an append-only journal.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -275,6 +304,20 @@ def build_parser() -> argparse.ArgumentParser:
     csub.add_parser("check", parents=[configured],
                     help="validate it and print the effective configuration (secrets as \"***\")")
     p.set_defaults(func=cmd_config)
+
+    p = sub.add_parser("plugin", help="first-party plugin processes and the plugin contract check")
+    plsub = p.add_subparsers(dest="action", required=True)
+    r = plsub.add_parser("serve", parents=[configured], help="run a first-party plugin (token: $CONTENTSVC_PLUGIN_TOKEN)")
+    r.add_argument("name")
+    r.add_argument("--host", default="127.0.0.1", help="listen address; a non-loopback one needs the token")
+    r.add_argument("--port", type=int, help="listen port (default: the plugin's first-party port)")
+    plsub.add_parser("list", parents=[configured], help="first-party plugin names and default ports")
+    r = plsub.add_parser("check", parents=[configured], help="run the contract check against a running plugin")
+    r.add_argument("path", help="the folder holding contentsvc-plugin.json and fixtures/")
+    r.add_argument("--endpoint", help="the plugin's base URL (default: its first-party port on 127.0.0.1)")
+    r.add_argument("--settings", metavar="FILE.toml", help="installed settings: configuration, routes, kinds, spaces")
+    r.add_argument("--json", action="store_true", help="print the check object as JSON")
+    p.set_defaults(func=cmd_plugin)
     return parser
 
 

@@ -67,6 +67,16 @@ def test_wheel_ships_every_folder_inside_the_namespace(wheel):
     assert in_package(names, "projectors", ".py") == folder_files("projectors", ".py")
     assert in_package(names, "bench", ".py") == folder_files("bench", ".py")
 
+    # The plugin manifest meta-schema, and each first-party plugin's manifest and fixtures
+    # (decisions-part2: `contentsvc plugin check` and discovery read them from the package).
+    assert "contentsvc/plugins/manifest.schema.json" in names
+    plugins = CHECKOUT / "src" / "contentsvc_plugins"
+    shipped = {p.relative_to(CHECKOUT / "src").as_posix() for p in plugins.glob("*/contentsvc-plugin.json")}
+    shipped |= {p.relative_to(CHECKOUT / "src").as_posix() for p in plugins.glob("*/fixtures/*") if p.is_file()}
+    assert "contentsvc_plugins/pdf/contentsvc-plugin.json" in shipped
+    assert "contentsvc_plugins/pdf/fixtures/inspection.pdf" in shipped
+    assert shipped <= names, sorted(shipped - names)
+
     dist_info = next(n.split("/", 1)[0] for n in names if ".dist-info/" in n)
     top_level = {n.split("/", 1)[0] for n in names}
     # Only the project's own names land at the top of site-packages (contentsvc, and

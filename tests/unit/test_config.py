@@ -126,8 +126,8 @@ def test_unknown_keys_are_refused_with_their_path(tmp_path):
     assert refusal(write(tmp_path, "[connectors]\ninterval_floor = 30\n")) == \
         "connectors.interval_floor: unknown key"
     assert refusal(write(tmp_path, "listen = 1\n")) == "listen: unknown key"
-    assert refusal(write(tmp_path, "[plugins.rss]\nendpoint = \"http://127.0.0.1:8093\"\n")) == \
-        "plugins: unknown key"
+    assert refusal(write(tmp_path, "[plugins.rss]\nendpoint = \"http://127.0.0.1:8093\"\nport = 1\n")) == \
+        "plugins.rss.port: unknown key"
 
 
 def test_wrong_types_and_ranges_name_the_key_and_what_it_accepts(tmp_path):

@@ -30,6 +30,7 @@ LAYERS: list[set[str]] = [
     {"journal"},
     {"storage"},
     {"config", "logging", "ids"},
+    {"manifest"},
 ]
 LAYER_OF = {package: depth for depth, packages in enumerate(LAYERS) for package in packages}
 
@@ -37,7 +38,11 @@ LAYER_OF = {package: depth for depth, packages in enumerate(LAYERS) for package 
 # (design.md): each part of a slice sits in the layer of its kind.
 SLICES = {"plugins", "monitoring", "connectors"}
 SLICE_PARTS = {"routes": "api", "commands": "commands", "workers": "projectors", "views": "readmodel",
-               "events": "journal"}
+               "events": "journal",
+               # The plugins slice's foundation: the contract check (run by the plugins worker and the
+               # CLI), the one HTTP client to plugins (an outbound adapter, like storage), and the
+               # manifest, which the startup configuration validates, so it sits below config.
+               "contract_check": "search", "client": "storage", "manifest": "manifest"}
 
 # The domain computes; it never reaches a database, a network, an index or a server.
 DOMAIN_FORBIDDEN = ("psycopg", "psycopg_pool", "httpx", "tantivy", "hnswlib", "litestar", "uvicorn", "os",

@@ -111,6 +111,16 @@ def overrides(environ: Mapping[str, str]) -> list[tuple[EnvOverride, object]]:
     return found
 
 
+PLUGIN_TOKEN_VARIABLE = "CONTENTSVC_PLUGIN_TOKEN"
+
+
+def plugin_token(environ: Mapping[str, str] | None = None) -> str | None:
+    """The bearer token a plugin process requires, and `contentsvc plugin check` presents
+    (decisions-part2, "How the service calls plugins"); None when unset or empty."""
+    value = (os.environ if environ is None else environ).get(PLUGIN_TOKEN_VARIABLE, "")
+    return value or None
+
+
 def child_environment(**variables: str) -> dict[str, str]:
     """This process's environment plus `variables`: what a child process is started with."""
     return {**os.environ, **variables}

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from contentsvc.config import environment, rules, schema
+from contentsvc.config.plugins import PinnedPlugin, destination_problems, load_plugins
 from contentsvc.config.schema import KeyPath
 from contentsvc.config.settings import Settings
 
@@ -48,6 +49,8 @@ class Configuration:
     file: ConfigFile | None = None
     # Keys the environment set, with the variable that set each.
     from_environment: dict[KeyPath, str] = field(default_factory=dict)
+    # The [plugins.*] entries with their manifests read and pinned at load.
+    plugins: dict[str, PinnedPlugin] = field(default_factory=dict)
 
 
 def load_settings(config_path: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -69,7 +72,12 @@ def load_configuration(config_path: str | Path | None = None,
     settings = _convert(raw, from_environment)
     for where, problem in rules.problems(settings):
         raise ConfigError(_label(where, from_environment), problem)
-    return Configuration(settings, file, from_environment)
+    for where, problem in destination_problems(settings):
+        raise ConfigError(where, problem)
+    pinned, problems = load_plugins(settings)
+    for where, problem in problems:
+        raise ConfigError(where, problem)
+    return Configuration(settings, file, from_environment, pinned)
 
 
 def _locate(config_path: str | Path | None, environ: Mapping[str, str]) -> Path | None:
@@ -116,13 +124,14 @@ def _absolute(value: str, base: Path) -> str:
 
 def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
     """Relative paths written in the file resolve against the file's folder."""
-    for key, t in schema.leaf_keys():
+    for pattern, t in schema.leaf_keys():
         if not schema.is_path(t):
             continue
-        table = _table(raw, key, create=False)
-        value = table.get(key[-1]) if table is not None else None
-        if isinstance(value, str) and value:
-            table[key[-1]] = _absolute(value, base)
+        for key in schema.concrete_keys(raw, pattern):
+            table = _table(raw, key, create=False)
+            value = table.get(key[-1]) if table is not None else None
+            if isinstance(value, str) and value:
+                table[key[-1]] = _absolute(value, base)
 
 
 def _apply_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[KeyPath, str]:
@@ -155,19 +164,20 @@ def _resolve_secrets(raw: dict[str, Any], environ: Mapping[str, str], from_envir
                               f"names the environment variable {name}, which is not set")
         return resolved
 
-    for key, t in schema.leaf_keys():
+    for pattern, t in schema.leaf_keys():
         if not schema.is_secret(t):
             continue
-        table = _table(raw, key, create=False)
-        value = table.get(key[-1]) if table is not None else None
-        where = ".".join(key)
-        if value is None:
-            continue
-        if schema.is_table(t):  # a table of secrets; anything else there is the type check's to report
-            if isinstance(value, dict):
-                table[key[-1]] = {k: resolve(f"{where}.{k}", v) for k, v in value.items()}
-        else:
-            table[key[-1]] = resolve(where, value)
+        for key in schema.concrete_keys(raw, pattern):
+            table = _table(raw, key, create=False)
+            value = table.get(key[-1]) if table is not None else None
+            where = ".".join(key)
+            if value is None:
+                continue
+            if schema.is_table(t):  # a table of secrets; anything else there is the type check's to report
+                if isinstance(value, dict):
+                    table[key[-1]] = {k: resolve(f"{where}.{k}", v) for k, v in value.items()}
+            else:
+                table[key[-1]] = resolve(where, value)
 
 
 def _decode_path(t: type, value: Any) -> Any:
@@ -179,20 +189,50 @@ def _decode_path(t: type, value: Any) -> Any:
 _LOCATION = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<location>.*)`)?$", re.DOTALL)
 _STEP = re.compile(r"\.([^.\[]+)|(\[[^\]]*\])")
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>.*)`$")
+_MISSING = re.compile(r"^Object missing required field `(?P<name>.*)`$")
+_ENTRY_ID = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")  # plugin and destination ids (decisions-part2)
 
 
 def _convert(raw: dict[str, Any], from_environment: dict[KeyPath, str]) -> Settings:
+    _convert_entries(raw, from_environment)
     try:
         return msgspec.convert(raw, Settings, dec_hook=_decode_path)
     except msgspec.ValidationError as exc:
-        match = _LOCATION.match(str(exc))
-        steps = [name or index for name, index in _STEP.findall(match["location"] or "")]
-        unknown = _UNKNOWN.match(match["message"])
-        if unknown:
-            raise ConfigError(_dotted([*steps, unknown["name"]]), "unknown key") from None
-        t = schema.type_at(steps)
-        problem = f"must be {schema.describe(t)}" if t is not None else match["message"]
-        raise ConfigError(_label(_dotted(steps), from_environment), problem) from None
+        _refuse(exc, [], [], from_environment)
+
+
+def _convert_entries(raw: dict[str, Any], from_environment: dict[KeyPath, str]) -> None:
+    """Each entry of a table keyed by id ([plugins.rss]) on its own first: msgspec's own location
+    would say `plugins[...]`, and the error must name the id."""
+    for field_info in schema.settings_type().fields:
+        entry = schema.entry_type(field_info.type)
+        tables = raw.get(field_info.name)
+        if entry is None or not isinstance(tables, dict):
+            continue
+        for name, table in tables.items():
+            if not _ENTRY_ID.match(name):
+                raise ConfigError(f"{field_info.name}.{name}", f"the id must match {_ENTRY_ID.pattern}")
+            try:
+                msgspec.convert(table, entry.cls, dec_hook=_decode_path)
+            except msgspec.ValidationError as exc:
+                _refuse(exc, [field_info.name, name], [field_info.name, "[...]"], from_environment)
+
+
+def _refuse(exc: msgspec.ValidationError, named: list[str], typed: list[str],
+            from_environment: dict[KeyPath, str]):
+    """A ConfigError from msgspec's refusal; `named` and `typed` prefix its location for the message
+    and for looking up the key's type."""
+    match = _LOCATION.match(str(exc))
+    steps = [name or index for name, index in _STEP.findall(match["location"] or "")]
+    unknown = _UNKNOWN.match(match["message"])
+    if unknown:
+        raise ConfigError(_dotted([*named, *steps, unknown["name"]]), "unknown key") from None
+    missing = _MISSING.match(match["message"])
+    if missing:
+        raise ConfigError(_dotted([*named, *steps, missing["name"]]), "is required") from None
+    t = schema.type_at([*typed, *steps])
+    problem = f"must be {schema.describe(t)}" if t is not None else match["message"]
+    raise ConfigError(_label(_dotted([*named, *steps]), from_environment), problem) from None
 
 
 def _dotted(steps: list[str]) -> str:

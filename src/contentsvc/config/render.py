@@ -39,17 +39,18 @@ def _value(value: Any) -> str:
 def masked(configuration: Configuration) -> dict[str, Any]:
     """The settings as plain data, every secret replaced by "***"."""
     data = msgspec.to_builtins(configuration.settings, enc_hook=lambda v: str(v) if isinstance(v, Path) else v)
-    for key, t in schema.leaf_keys():
+    for pattern, t in schema.leaf_keys():
         if not schema.is_secret(t):
             continue
-        table = data
-        for part in key[:-1]:
-            table = table[part]
-        value = table[key[-1]]
-        if isinstance(value, dict):
-            table[key[-1]] = {k: MASK for k in value}
-        elif value is not None:
-            table[key[-1]] = MASK
+        for key in schema.concrete_keys(data, pattern):
+            table = data
+            for part in key[:-1]:
+                table = table[part]
+            value = table[key[-1]]
+            if isinstance(value, dict):
+                table[key[-1]] = {k: MASK for k in value}
+            elif value is not None:
+                table[key[-1]] = MASK
     return data
 
 

@@ -13,6 +13,8 @@ import msgspec.inspect as mi
 from contentsvc.config.settings import SECRET, Settings
 
 KeyPath = tuple[str, ...]
+# In a key path, the step standing for every key of a table of sections ([plugins.<plugin_id>]).
+ANY_KEY = "*"
 
 
 @cache
@@ -36,14 +38,43 @@ def unwrap(t: mi.Type) -> tuple[mi.Type, bool]:
             return t, secret
 
 
+def entry_type(t: mi.Type) -> mi.StructType | None:
+    """The section type of a table of sections keyed by id (`plugins`, `destinations`), else None."""
+    core, _ = unwrap(t)
+    if isinstance(core, mi.DictType):
+        value, _ = unwrap(core.value_type)
+        if isinstance(value, mi.StructType):
+            return value
+    return None
+
+
 def leaf_keys(t: mi.Type | None = None, prefix: KeyPath = ()) -> Iterator[tuple[KeyPath, mi.Type]]:
-    """Every key that holds a value (not a section), with its type."""
+    """Every key that holds a value (not a section), with its type; a table of sections keyed by id
+    contributes its entries' keys with ANY_KEY in the id's place."""
     for f in (t or settings_type()).fields:
         core, _ = unwrap(f.type)
         if isinstance(core, mi.StructType):
             yield from leaf_keys(core, (*prefix, f.name))
+        elif (entry := entry_type(f.type)) is not None:
+            yield from leaf_keys(entry, (*prefix, f.name, ANY_KEY))
         else:
             yield (*prefix, f.name), f.type
+
+
+def concrete_keys(data: dict, key: KeyPath) -> Iterator[KeyPath]:
+    """The key paths of `data` that `key` (which may hold ANY_KEY steps) names."""
+    if not key:
+        yield ()
+        return
+    head, rest = key[0], key[1:]
+    if not rest:
+        yield (head,)
+        return
+    names = list(data) if head == ANY_KEY else [head]
+    for name in names:
+        inner = data.get(name)
+        if isinstance(inner, dict):
+            yield from ((name, *tail) for tail in concrete_keys(inner, rest))
 
 
 def is_path(t: mi.Type) -> bool:
@@ -68,7 +99,7 @@ def type_at(steps: list[str]) -> mi.Type | None:
     t: mi.Type = settings_type()
     for step in steps:
         core, _ = unwrap(t)
-        if step.startswith("["):
+        if step.startswith("[") or (isinstance(core, mi.DictType) and entry_type(core) is not None):
             if isinstance(core, mi.ListType):
                 t = core.item_type
             elif isinstance(core, mi.DictType):
@@ -87,7 +118,7 @@ def type_at(steps: list[str]) -> mi.Type | None:
 
 def is_section(steps: list[str]) -> bool:
     t = type_at(steps)
-    return t is not None and isinstance(unwrap(t)[0], mi.StructType)
+    return t is not None and (isinstance(unwrap(t)[0], mi.StructType) or entry_type(t) is not None)
 
 
 def _bounds(t: mi.IntType | mi.FloatType) -> str:

@@ -13,7 +13,7 @@ against the file's folder.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct, field
 
@@ -133,6 +133,42 @@ class MonitoringSettings(Section):
     preview_timeout_seconds: TimeoutSeconds = 20
 
 
+class PluginRoute(Section):
+    media_type: str
+    # true: part 1's optional route (a normalizer failure falls back to the built-in text path).
+    optional: bool = False
+
+
+# decisions-part2: the first-party plugins `contentsvc run` may start itself.
+LaunchName = Literal["query", "fixture-evaluator", "rss", "social_list", "pdf"]
+
+
+class PluginSettings(Section):
+    """`[plugins.<plugin_id>]`: one plugin pinned by the startup configuration."""
+
+    endpoint: str  # http(s) base URL
+    version: str  # must equal the manifest's version
+    manifest: Path  # its contentsvc-plugin.json; relative to the configuration file's folder
+    token: Secret | None = None
+    # Validated against the manifest's configuration_schema.
+    configuration: dict[str, Any] = field(default_factory=dict)
+    # Installed settings; absent = every route, kind or space the manifest declares.
+    routes: list[PluginRoute] | None = None
+    kinds: list[str] | None = None
+    spaces: list[str] | None = None
+    launch: LaunchName | None = None
+
+
+class DestinationSettings(Section):
+    """`[destinations.<destination_id>]`: a webhook receiver Subscriptions deliver to."""
+
+    url: str  # https; http only for a loopback host or with allow_http
+    secret: Secret  # whsec_ + base64 of 24..64 bytes
+    previous_secret: Secret | None = None  # during a rotation both signatures are sent
+    headers: dict[str, str] = field(default_factory=dict)
+    allow_http: bool = False
+
+
 def _default_home() -> Path:
     return Path(".contentsvc").resolve()
 
@@ -160,6 +196,9 @@ class Settings(Section):
     deliveries: DeliverySettings = field(default_factory=DeliverySettings)
     connectors: ConnectorSettings = field(default_factory=ConnectorSettings)
     monitoring: MonitoringSettings = field(default_factory=MonitoringSettings)
+    # Tables keyed by id: [plugins.<plugin_id>] and [destinations.<destination_id>].
+    plugins: dict[str, PluginSettings] = field(default_factory=dict)
+    destinations: dict[str, DestinationSettings] = field(default_factory=dict)
 
     # The names the API and the storage layer have always read, kept so their call sites stay one word.
     @property

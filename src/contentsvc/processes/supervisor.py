@@ -61,6 +61,7 @@ class _PostgresWatch:
     def __init__(self, server) -> None:
         self.server = server
         self.down_since: float | None = None
+        self.attempts = 0
         self.next_try = 0.0
 
     def check(self, now: float) -> None:
@@ -69,15 +70,20 @@ class _PostgresWatch:
         if self.down_since is None:
             if embedded.postmaster_alive(self.server):
                 return
-            self.down_since = now
+            self.down_since, self.attempts, self.next_try = now, 0, now
             log.warning("embedded_postgres_died", restarting=True)
         if now < self.next_try:
             return
+        self.attempts += 1
         if embedded.restart(self.server):
-            log.info("embedded_postgres_back", down_s=round(time.monotonic() - self.down_since, 1))
+            log.info("embedded_postgres_restarted", pid=self.server.get_pid(), attempts=self.attempts,
+                     down_s=round(time.monotonic() - self.down_since, 1))
             self.down_since = None
-        else:
-            self.next_try = time.monotonic() + POSTGRES_RETRY_SECONDS
+            return
+        if self.attempts % 30 == 0:  # still down: one line every half minute, not one per attempt
+            log.warning("embedded_postgres_still_down", attempts=self.attempts,
+                        down_s=round(time.monotonic() - self.down_since, 1), log=str(self.server.log))
+        self.next_try = time.monotonic() + POSTGRES_RETRY_SECONDS
 
 
 def run_all(database_url: str, host: str, port: int, config_file: Path | None = None,

@@ -93,6 +93,25 @@ def postmaster_alive(server) -> bool:
         return False
 
 
+def _drop_dead_postmaster_pid(pgdata: Path) -> None:
+    """A postmaster that was killed leaves postmaster.pid behind; while its process is an unreaped
+    zombie, PostgreSQL takes the pid for a live server and refuses to start. The file of a dead
+    postmaster goes (its shared memory stays interlocked until the old backends are gone)."""
+    import psutil
+
+    path = pgdata / "postmaster.pid"
+    try:
+        pid = int(path.read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    try:
+        dead = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        dead = True
+    if dead:
+        path.unlink(missing_ok=True)
+
+
 def restart(server) -> bool:
     """Starts the server of that handle again (same data directory, same socket, so the same URL);
     whether it runs. A killed postmaster's backends may hold its shared memory for a moment:
@@ -101,12 +120,12 @@ def restart(server) -> bool:
 
     try:
         with pgs.PostgresServer._lock:
+            _drop_dead_postmaster_pid(server.pgdata)
             server.ensure_postgres_running()
     except (subprocess.SubprocessError, AssertionError, OSError) as exc:
-        log.warning("embedded_postgres_restart_failed", error=type(exc).__name__)
+        log.debug("embedded_postgres_restart_failed", error=type(exc).__name__)
         return False
-    log.info("embedded_postgres_restarted", pid=server.get_pid())
-    return True
+    return postmaster_alive(server)
 
 
 def stop(server, timeout: float = 8.0) -> None:

@@ -3,7 +3,9 @@ port refused, a crash leaves nothing that blocks the next start, `keys` says whi
 wrote to, and the supervisor brings a dead embedded PostgreSQL back.
 
 Every `run` here uses an embedded PostgreSQL in a temporary home (never the shared server), so
-killing its postmaster harms no one else.
+killing its postmaster harms no one else. The homes live in directories of their own under the
+system temporary directory: as root, pgserver runs PostgreSQL as another user, who must be able to
+reach the data directory (pytest keeps its own temporary root private).
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +32,14 @@ from tests.conftest import json_lines
 
 STOP_BOUND_S = 10  # SIGTERM/SIGINT: every child and the embedded server gone within 10 s
 REFUSAL_BOUND_S = 30  # "at once": the imports of a cold interpreter on a busy machine, nothing more
+
+
+@pytest.fixture
+def scratch():
+    """A directory PostgreSQL's own user can reach, removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="contentsvc-lifecycle-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _environment(home: Path | None, **extra: str) -> dict[str, str]:
@@ -110,10 +122,10 @@ class EmbeddedRun:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_every_child_and_the_embedded_server(tmp_path, signum):
+def test_a_signal_stops_every_child_and_the_embedded_server(scratch, tmp_path, signum):
     # The supervisor alone gets the signal (as from `kill PID`): it stops its children and the
     # embedded PostgreSQL it started, within 10 s, and exits 0.
-    run = EmbeddedRun(tmp_path / "home", tmp_path / "run.log")
+    run = EmbeddedRun(scratch / "home", tmp_path / "run.log")
     try:
         children, postmaster = run.children(), _postmaster_pid(run.home)
         assert len(children) == len(PROCESSES) and not _gone(postmaster)
@@ -126,9 +138,9 @@ def test_a_signal_stops_every_child_and_the_embedded_server(tmp_path, signum):
         run.kill()
 
 
-def test_serve_alone_stops_its_embedded_server_on_sigterm(tmp_path):
+def test_serve_alone_stops_its_embedded_server_on_sigterm(scratch, tmp_path):
     # `serve` without a URL owns the embedded server it started: SIGTERM stops it too.
-    run = EmbeddedRun(tmp_path / "home", tmp_path / "serve.log", command="serve")
+    run = EmbeddedRun(scratch / "home", tmp_path / "serve.log", command="serve")
     try:
         postmaster = _postmaster_pid(run.home)
         signalled = time.monotonic()
@@ -139,12 +151,12 @@ def test_serve_alone_stops_its_embedded_server_on_sigterm(tmp_path):
         run.kill()
 
 
-def test_a_killed_supervisor_leaves_nothing_that_blocks_the_next_run(tmp_path):
+def test_a_killed_supervisor_leaves_nothing_that_blocks_the_next_run(scratch, tmp_path):
     # A crash (SIGKILL: no cleanup at all) of the supervisor: its children die with it (the
     # parent-death signal), its pid stays behind in pgdata/.handle_pids.json and the lock file,
     # and the next `run` in the same home starts anyway, drops the dead pid, and can stop the
     # server when it ends.
-    home = tmp_path / "home"
+    home = scratch / "home"
     first = EmbeddedRun(home, tmp_path / "first.log")
     children = first.children()
     first.process.kill()
@@ -169,14 +181,15 @@ def test_a_killed_supervisor_leaves_nothing_that_blocks_the_next_run(tmp_path):
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory):
-    path = tmp_path_factory.mktemp("lifecycle")
-    run = EmbeddedRun(path / "home", path / "run.log")
+    path = Path(tempfile.mkdtemp(prefix="contentsvc-lifecycle-"))
+    run = EmbeddedRun(path / "home", tmp_path_factory.mktemp("lifecycle") / "run.log")
     yield run
     run.process.send_signal(signal.SIGTERM)
     try:
         run.process.wait(timeout=STOP_BOUND_S)
     finally:
         run.kill()
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_a_second_run_in_the_same_home_is_refused_naming_the_holder(running):
@@ -228,25 +241,25 @@ def test_the_supervisor_restarts_a_dead_embedded_postgres(running):
     assert [child.pid for child in psutil.Process(running.process.pid).children()] == api_before
 
 
-def test_keys_create_refuses_a_fresh_home_unless_init(tmp_path):
+def test_keys_create_refuses_a_fresh_home_unless_init(scratch):
     # Run from a directory with no home, `keys create` does not silently make a new database:
     # exit 2, naming the path and --init. With --init it creates it and says where it wrote.
     args = ("keys", "create", "--org", "o", "--actions", "*", "--corpora", "*", "--json")
-    refused = _cli(*args, home=None, cwd=tmp_path)
+    refused = _cli(*args, home=None, cwd=scratch)
     assert refused.returncode == 2 and refused.stdout == ""
-    assert "--init" in refused.stderr and str(tmp_path / ".contentsvc" / "pgdata") in refused.stderr
-    assert not (tmp_path / ".contentsvc" / "pgdata").exists()
+    assert "--init" in refused.stderr and str(scratch / ".contentsvc" / "pgdata") in refused.stderr
+    assert not (scratch / ".contentsvc" / "pgdata").exists()
     for action in (("keys", "list"), ("keys", "revoke", "key_x")):  # nor do the other key commands
-        out = _cli(*action, home=None, cwd=tmp_path)
+        out = _cli(*action, home=None, cwd=scratch)
         assert out.returncode == 2 and "there is no database yet" in out.stderr
-    assert not (tmp_path / ".contentsvc" / "pgdata").exists()
+    assert not (scratch / ".contentsvc" / "pgdata").exists()
 
-    created = _cli(*args, "--init", home=None, cwd=tmp_path)
+    created = _cli(*args, "--init", home=None, cwd=scratch)
     assert created.returncode == 0, created.stderr
     assert json.loads(created.stdout)["secret"].startswith("csk_")
-    assert f"database: embedded PostgreSQL in {tmp_path / '.contentsvc' / 'pgdata'}" in created.stderr
+    assert f"database: embedded PostgreSQL in {scratch / '.contentsvc' / 'pgdata'}" in created.stderr
     # The command started the server only for itself, so it stopped it on its way out.
-    assert not (tmp_path / ".contentsvc" / "pgdata" / "postmaster.pid").exists()
+    assert not (scratch / ".contentsvc" / "pgdata" / "postmaster.pid").exists()
 
 
 def test_keys_names_a_database_url_with_its_password_masked(database_url):

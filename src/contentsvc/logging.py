@@ -34,10 +34,14 @@ def _add_process(_logger, _method, event_dict):
     return event_dict
 
 
+def _is_database_error(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".")[0] in ("psycopg", "psycopg_pool")
+
+
 def _safe_message(exc: BaseException) -> str:
     # A PostgreSQL error's text may quote a value (`Key (name)=(...) already exists`):
     # its type and SQLSTATE say what happened without it.
-    if type(exc).__module__.split(".")[0] in ("psycopg", "psycopg_pool"):
+    if _is_database_error(exc):
         sqlstate = getattr(exc, "sqlstate", None)
         return f"sqlstate {sqlstate}" if sqlstate else "(message withheld)"
     try:
@@ -46,13 +50,19 @@ def _safe_message(exc: BaseException) -> str:
         return "(unprintable)"
 
 
-def describe_exception(exc: BaseException) -> str:
-    """The traceback of exc and the exceptions it came from, with database messages withheld."""
+def _chain(exc: BaseException) -> list[BaseException]:
+    """exc and the exceptions it came from, newest first."""
     chain: list[BaseException] = []
     current: BaseException | None = exc
     while current is not None and all(current is not seen for seen in chain) and len(chain) < 16:
         chain.append(current)
         current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return chain
+
+
+def describe_exception(exc: BaseException) -> str:
+    """The traceback of exc and the exceptions it came from, with database messages withheld."""
+    chain = _chain(exc)
     parts: list[str] = []
     for position, item in enumerate(reversed(chain)):
         if position:
@@ -70,10 +80,19 @@ def _render_exception(_logger, _method, event_dict):
     exc_info = event_dict.pop("exc_info", None)
     if exc_info is True:
         exc_info = sys.exc_info()
+    if isinstance(exc_info, tuple):
+        exc_info = exc_info[1]
     if isinstance(exc_info, BaseException):
         event_dict["exception"] = describe_exception(exc_info)
-    elif isinstance(exc_info, tuple) and exc_info[1] is not None:
-        event_dict["exception"] = describe_exception(exc_info[1])
+        event = event_dict.get("event")
+        # A library's own message may embed the exception too (asyncio's "Task exception was
+        # never retrieved ... exception=UniqueViolation('...')").
+        if isinstance(event, str):
+            for item in filter(_is_database_error, _chain(exc_info)):
+                for text in (repr(item), str(item)):
+                    if text:
+                        event = event.replace(text, f"{type(item).__name__}({_safe_message(item)})")
+            event_dict["event"] = event
     event_dict.pop("stack_info", None)
     return event_dict
 

@@ -45,15 +45,22 @@ def _database_url(settings: Settings, migrate: bool = True) -> str:
 
 
 def describe_database(settings: Settings) -> str:
-    """Which database a command uses, for the operator: the embedded home, or the URL without its password."""
+    """Which database a command uses, for the operator: the embedded home, or the URL with its
+    password (in the authority or a `password` parameter) shown as ***."""
     if not settings.database_url:
         return f"embedded PostgreSQL in {Path(settings.home).expanduser().resolve() / 'pgdata'}"
+    import re
+
+    url = settings.database_url
+    if "://" in url:
+        url = re.sub(r"^([a-z]+://[^:/@?]*:)[^@/?]*@", r"\1***@", url)
+        return re.sub(r"([?&]password=)[^&]*", r"\1***", url)
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     try:
-        params = conninfo_to_dict(settings.database_url)
+        params = conninfo_to_dict(url)
     except Exception:
-        return "(an unparsable database URL)"
+        return "(a database URL that does not parse)"
     if params.get("password"):
         params["password"] = "***"
     return make_conninfo(**params)

@@ -27,7 +27,7 @@ from contentsvc.processes.registry import API, PROCESSES, ProcessKind
 
 log = get_logger("contentsvc.processes.supervisor")
 
-CHILD_STOP_SECONDS = 6.0  # SIGTERM to SIGKILL; the embedded server's stop follows, all within 10 s
+CHILD_STOP_SECONDS = 5.0  # SIGTERM to SIGKILL; the embedded server's stop (3 s fast, then immediate) follows
 POSTGRES_RETRY_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1
 

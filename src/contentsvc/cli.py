@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -15,6 +17,21 @@ from contentsvc.config.loader import DEFAULT_FILE
 from contentsvc.logging import configure, get_logger
 
 log = get_logger("contentsvc.cli")
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGINT: unwinds the command so the embedded server and the home lock are released."""
+
+
+def _raise_stopped(signum, _frame):
+    raise Stopped(signal.Signals(signum).name)
+
+
+def _stop_on_signals() -> None:
+    # A long-running command must reach its `finally` on SIGTERM too (Python's default for it is to
+    # die on the spot, leaving the embedded PostgreSQL running).
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    signal.signal(signal.SIGINT, _raise_stopped)
 
 
 def _database_url(settings: Settings, migrate: bool = True, process: str | None = None) -> str:
@@ -30,6 +47,62 @@ def _database_url(settings: Settings, migrate: bool = True, process: str | None 
     if migrate:
         run_migrations(url)
     return url
+
+
+def describe_database(settings: Settings) -> str:
+    """Which database a command uses, for the operator: the embedded home, or the URL with its
+    password (in the authority or a `password` parameter) shown as ***."""
+    if not settings.database_url:
+        return f"embedded PostgreSQL in {Path(settings.home).expanduser().resolve() / 'pgdata'}"
+    import re
+
+    url = settings.database_url
+    if "://" in url:
+        url = re.sub(r"^([a-z]+://[^:/@?]*:)[^@/?]*@", r"\1***@", url)
+        return re.sub(r"([?&]password=)[^&]*", r"\1***", url)
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        params = conninfo_to_dict(url)
+    except Exception:
+        return "(a database URL that does not parse)"
+    if params.get("password"):
+        params["password"] = "***"
+    return make_conninfo(**params)
+
+
+@contextlib.contextmanager
+def _held_home(settings: Settings):
+    """The home, held for this command's lifetime: one `run` or `serve` per home."""
+    from contentsvc.processes.home_lock import HomeLock
+
+    with HomeLock(Path(settings.home).expanduser()):
+        yield
+
+
+@contextlib.contextmanager
+def _owned_embedded(settings: Settings):
+    """The embedded server, when no database URL is set, started here and stopped when the command
+    ends (whoever else joined it). Yields its handle, or None."""
+    if settings.database_url:
+        yield None
+        return
+    from contentsvc.storage import embedded
+
+    server = embedded.start(Path(settings.home))
+    try:
+        yield server
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        embedded.stop(server)
+
+
+def _refuse_busy(exc: Exception, event: str, **fields) -> int:
+    from contentsvc.processes.listener import EXIT_BUSY
+
+    log.error(event, message=str(exc), **fields)
+    return EXIT_BUSY
 
 
 def cmd_migrate(args, settings: Settings) -> int:
@@ -49,13 +122,34 @@ def cmd_serve(args, settings: Settings) -> int:
     import uvicorn
 
     from contentsvc.api.app import create_app
+    from contentsvc.processes.home_lock import HomeInUse
+    from contentsvc.processes.listener import PortInUse, bind
 
-    url = _database_url(settings, migrate=not args.no_migrate, process="api")
     host, port = args.host or settings.host, args.port or settings.port
-    log.info("api_listening", base_url=f"http://{host}:{port}/v0")
-    _say_if_the_embedding_model_is_missing(settings)
-    uvicorn.run(create_app(settings, url, settings.public_base_url(host, port)), host=host, port=port, log_level="warning", access_log=False,
-                timeout_graceful_shutdown=2)
+    _stop_on_signals()
+    try:
+        listener = bind(host, port)
+    except PortInUse as exc:
+        return _refuse_busy(exc, "port_in_use", host=host, port=port)
+    try:
+        # Under `run` the supervisor holds the home and hands a URL down; alone, `serve` holds it.
+        with contextlib.ExitStack() as stack:
+            if not settings.database_url:
+                stack.enter_context(_held_home(settings))
+                stack.enter_context(_owned_embedded(settings))
+            url = _database_url(settings, migrate=not args.no_migrate, process="api")
+            log.info("api_listening", base_url=f"http://{host}:{port}/v0")
+            _say_if_the_embedding_model_is_missing(settings)
+            config = uvicorn.Config(create_app(settings, url, settings.public_base_url(host, port)),
+                                    log_config=None, log_level="warning",
+                                    access_log=False, timeout_graceful_shutdown=2)
+            uvicorn.Server(config).run(sockets=[listener])
+    except HomeInUse as exc:
+        return _refuse_busy(exc, "home_in_use", home=str(exc.home), pid=exc.pid)
+    except Stopped:
+        pass
+    finally:
+        listener.close()
     return 0
 
 
@@ -72,10 +166,24 @@ def _say_if_the_embedding_model_is_missing(settings: Settings) -> None:
 
 
 def cmd_run(args, settings: Settings, config_file: Path | None) -> int:
+    from contentsvc.processes.home_lock import HomeInUse
+    from contentsvc.processes.listener import PortInUse, check_free
     from contentsvc.processes.supervisor import run_all
 
-    url = _database_url(settings, process="supervisor")
-    return run_all(url, args.host or settings.host, args.port or settings.port, config_file)
+    host, port = args.host or settings.host, args.port or settings.port
+    _stop_on_signals()
+    try:
+        with _held_home(settings):
+            check_free(host, port)
+            with _owned_embedded(settings) as server:
+                url = _database_url(settings, process="supervisor")
+                return run_all(url, host, port, config_file, embedded_server=server)
+    except HomeInUse as exc:
+        return _refuse_busy(exc, "home_in_use", home=str(exc.home), pid=exc.pid)
+    except PortInUse as exc:
+        return _refuse_busy(exc, "port_in_use", host=host, port=port)
+    except Stopped:
+        return 0
 
 
 def _kind_named(role: str, name: str):
@@ -139,8 +247,19 @@ def cmd_worker(args, settings: Settings) -> int:
 
 def cmd_keys(args, settings: Settings) -> int:
     from contentsvc.auth import keys
+    from contentsvc.storage import embedded
     from contentsvc.storage.database import connect
 
+    database = describe_database(settings)
+    if not settings.database_url and not embedded.exists(Path(settings.home).expanduser()):
+        # A key in a database nobody serves is a silent mistake (a command run from the wrong
+        # directory): a new embedded database is created only when asked for.
+        if not getattr(args, "init", False):
+            hint = ("pass --init to create it here, " if args.action == "create" else "") + \
+                "set CONTENTSVC_HOME to the home `contentsvc run` uses, or CONTENTSVC_DATABASE_URL"
+            print(f"error: there is no database yet: {database} does not exist; {hint}", file=sys.stderr)
+            return 2
+    print(f"database: {database}", file=sys.stderr)
     url = _database_url(settings)
     with connect(url, autocommit=True) as conn:
         if args.action == "create":
@@ -284,6 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--name")
     c.add_argument("--operator", action="store_true", help="allow operator actions (plugins:admin)")
     c.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    c.add_argument("--init", action="store_true",
+                   help="create the embedded database under CONTENTSVC_HOME if it does not exist yet")
     ksub.add_parser("list", parents=[configured], help="list keys (never their secrets)")
     c = ksub.add_parser("revoke", parents=[configured], help="revoke a key; takes effect on the next request")
     c.add_argument("key_id")
@@ -321,6 +442,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _process_name(args) -> str:
+    """The `process` field of every log line: which process of a deployment wrote it."""
+    if args.func is cmd_run:
+        return "supervisor"
+    if args.func is cmd_serve:
+        return "api"
+    if args.func in (cmd_projector, cmd_worker) and args.action == "run":
+        return f"{args.command}:{args.name}"
+    if args.func is cmd_mcp:
+        return "mcp"
+    return "cli"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -332,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.func is cmd_config:  # prints the configuration instead of running with it
         return cmd_config(args, configuration)
     settings, file = configuration.settings, configuration.file
-    configure(settings.log_level)
+    configure(settings.log_level, process=_process_name(args))
     install_settings(settings)
     # Every process of a deployment must read the same file: its sha256 says which one it read.
     log.info("config_loaded", file=str(file.path) if file else None, sha256=file.sha256 if file else None)

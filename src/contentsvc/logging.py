@@ -1,30 +1,177 @@
-"""structlog configured for one JSON line per event on stderr.
+"""One JSON object per line on stderr, from every logger of every process.
+
+structlog's events and the standard library's records (uvicorn, httpx,
+psycopg, asyncio, warnings) go through one formatter, so a deployment's
+log can be parsed line by line. Every line carries `process` (which
+process of a deployment wrote it: "supervisor", "api", "projector:NAME",
+"cli"); an exception is one field, `exception`, never raw lines.
 
 stdout stays free for command output (keys create --json, the MCP server's
-protocol frames). Nothing here ever logs a key, a secret or a body.
+protocol frames). Nothing here ever logs a key, a secret or a body, and a
+database error's message (which may quote a stored or requested value) is
+replaced by its SQLSTATE.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
+import traceback
+import warnings
 
 import structlog
 
+_process = {"name": "cli"}
 
-def configure(level: str = "info") -> None:
-    logging.basicConfig(stream=sys.stderr, format="%(message)s", level=level.upper())
+# Libraries whose INFO lines say nothing an operator needs, or say too much: httpx logs every
+# request's URL (query strings included), pgserver its initdb and pg_ctl chatter.
+_QUIET = ("httpx", "httpcore", "uvicorn.access", "hpack", "multipart")
+
+
+def _add_process(_logger, _method, event_dict):
+    event_dict["process"] = _process["name"]
+    return event_dict
+
+
+def _is_database_error(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".")[0] in ("psycopg", "psycopg_pool")
+
+
+def _safe_message(exc: BaseException) -> str:
+    # A PostgreSQL error's text may quote a value (`Key (name)=(...) already exists`):
+    # its type and SQLSTATE say what happened without it.
+    if _is_database_error(exc):
+        sqlstate = getattr(exc, "sqlstate", None)
+        return f"sqlstate {sqlstate}" if sqlstate else "(message withheld)"
+    try:
+        return str(exc)
+    except Exception:  # a broken __str__ must not lose the line
+        return "(unprintable)"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """exc and the exceptions it came from, newest first."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not seen for seen in chain) and len(chain) < 16:
+        chain.append(current)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return chain
+
+
+def describe_exception(exc: BaseException) -> str:
+    """The traceback of exc and the exceptions it came from, with database messages withheld."""
+    chain = _chain(exc)
+    parts: list[str] = []
+    for position, item in enumerate(reversed(chain)):
+        if position:
+            parts.append("\nDuring handling of the above exception, another exception occurred:\n\n")
+        if item.__traceback__ is not None:
+            parts.append("Traceback (most recent call last):\n")
+            parts.extend(traceback.format_tb(item.__traceback__))
+        name = type(item).__qualname__
+        module = type(item).__module__
+        parts.append(f"{name if module == 'builtins' else module + '.' + name}: {_safe_message(item)}")
+    return "".join(parts)
+
+
+def _render_exception(_logger, _method, event_dict):
+    exc_info = event_dict.pop("exc_info", None)
+    if exc_info is True:
+        exc_info = sys.exc_info()
+    if isinstance(exc_info, tuple):
+        exc_info = exc_info[1]
+    if isinstance(exc_info, BaseException):
+        event_dict["exception"] = describe_exception(exc_info)
+        event = event_dict.get("event")
+        # A library's own message may embed the exception too (asyncio's "Task exception was
+        # never retrieved ... exception=UniqueViolation('...')").
+        if isinstance(event, str):
+            for item in filter(_is_database_error, _chain(exc_info)):
+                for text in (repr(item), str(item)):
+                    if text:
+                        event = event.replace(text, f"{type(item).__name__}({_safe_message(item)})")
+            event_dict["event"] = event
+    event_dict.pop("stack_info", None)
+    return event_dict
+
+
+class _LineHandler(logging.Handler):
+    """Writes each formatted record as one line in one write, so that lines of the processes
+    sharing a file or pipe never interleave within a line."""
+
+    def __init__(self, stream) -> None:
+        super().__init__()
+        self.stream = stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record).replace("\n", "\\n") + "\n"
+            self.stream.write(line)
+            self.stream.flush()
+        except Exception:
+            self.handleError(record)
+
+
+def _log_uncaught(exc_type, exc, tb) -> None:
+    log = structlog.get_logger("contentsvc")
+    if issubclass(exc_type, KeyboardInterrupt):
+        log.info("interrupted")
+        return
+    log.critical("uncaught_exception", error=exc_type.__name__, exc_info=exc.with_traceback(tb))
+
+
+def _log_thread_uncaught(args) -> None:
+    if args.exc_type is SystemExit:
+        return
+    structlog.get_logger("contentsvc").critical(
+        "uncaught_exception", error=args.exc_type.__name__, thread=getattr(args.thread, "name", None),
+        exc_info=args.exc_value)
+
+
+def _log_unraisable(unraisable) -> None:
+    structlog.get_logger("contentsvc").warning(
+        "unraisable_exception", error=type(unraisable.exc_value).__name__,
+        exc_info=unraisable.exc_value)
+
+
+def configure(level: str = "info", process: str | None = None) -> None:
+    if process:
+        _process["name"] = process
+    shared = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _add_process,
+    ]
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, _render_exception,
+                    structlog.processors.JSONRenderer()],
+    )
+    handler = _LineHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    for name in _QUIET:
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+    logging.captureWarnings(True)
+    warnings.filterwarnings("ignore", module="platformdirs")  # XDG_RUNTIME_DIR chatter from pgserver's import
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        processors=[structlog.stdlib.filter_by_level, *shared,
+                    structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        wrapper_class=structlog.stdlib.BoundLogger,
+        logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=True,
     )
+    # A crash is a log line too, not Python's raw traceback on stderr.
+    sys.excepthook = _log_uncaught
+    threading.excepthook = _log_thread_uncaught
+    sys.unraisablehook = _log_unraisable
 
 
 def get_logger(name: str):

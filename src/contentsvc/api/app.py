@@ -191,6 +191,7 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
         },
         middleware=[logging_middleware],
         openapi_config=None,
+        logging_config=None,  # the process's logging (contentsvc.logging) renders litestar's records too
         request_max_body_size=MAX_BATCH_BYTES + 1,
         debug=False,
     )

@@ -1,12 +1,17 @@
 """`contentsvc run`: one child process per kind in the process registry.
 
 Each child is the same command a container runs (`serve`, `projector run
-NAME`, `worker run NAME`); a child that dies is restarted with backoff.
-Ctrl-C stops them all.
+NAME`, `worker run NAME`); a child that dies is restarted with backoff, and
+so is the embedded PostgreSQL when this process started it. An API that
+cannot bind its port is not restarted: the whole run stops with EXIT_BUSY.
+SIGTERM or SIGINT stops every child (each also gets SIGTERM if this process
+dies first, by the kernel's parent-death signal).
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 import signal
 import subprocess
 import sys
@@ -17,46 +22,102 @@ import httpx
 
 from contentsvc.config.environment import CONFIG_VARIABLE, child_environment
 from contentsvc.logging import get_logger
+from contentsvc.processes.listener import EXIT_BUSY
 from contentsvc.processes.registry import API, PROCESSES, ProcessKind
 
 log = get_logger("contentsvc.processes.supervisor")
 
+CHILD_STOP_SECONDS = 5.0  # SIGTERM to SIGKILL; the embedded server's stop (3 s fast, then immediate) follows
+POSTGRES_RETRY_SECONDS = 1.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int):
+    """Runs in the child before exec: SIGTERM when the supervisor dies, even by SIGKILL."""
+
+    def arm() -> None:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):  # not Linux: orphans are then the operator's to stop
+            return
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(0)
+
+    return arm
+
 
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "contentsvc.cli", *args], env=env)
+    return subprocess.Popen([sys.executable, "-m", "contentsvc.cli", *args], env=env,
+                            preexec_fn=_die_with_parent(os.getpid()))
 
 
 def _label(kind: ProcessKind) -> str:
     return kind.name if kind.role == API else f"{kind.role}:{kind.name}"
 
 
-def run_all(database_url: str, host: str, port: int, config_file: Path | None = None) -> int:
+class _PostgresWatch:
+    """The embedded server this run started: restarted, same URL, when it dies."""
+
+    def __init__(self, server) -> None:
+        self.server = server
+        self.down_since: float | None = None
+        self.attempts = 0
+        self.next_try = 0.0
+
+    def check(self, now: float) -> None:
+        from contentsvc.storage import embedded
+
+        if self.down_since is None:
+            if embedded.postmaster_alive(self.server):
+                return
+            self.down_since, self.attempts, self.next_try = now, 0, now
+            log.warning("embedded_postgres_died", restarting=True)
+        if now < self.next_try:
+            return
+        self.attempts += 1
+        if embedded.restart(self.server):
+            log.info("embedded_postgres_restarted", pid=self.server.get_pid(), attempts=self.attempts,
+                     down_s=round(time.monotonic() - self.down_since, 1))
+            self.down_since = None
+            return
+        if self.attempts % 30 == 0:  # still down: one line every half minute, not one per attempt
+            log.warning("embedded_postgres_still_down", attempts=self.attempts,
+                        down_s=round(time.monotonic() - self.down_since, 1), log=str(self.server.log))
+        self.next_try = time.monotonic() + POSTGRES_RETRY_SECONDS
+
+
+def run_all(database_url: str, host: str, port: int, config_file: Path | None = None,
+            embedded_server=None) -> int:
     # Every child reads the file this process read (decisions-part2: Startup configuration).
     env = child_environment(CONTENTSVC_DATABASE_URL=database_url,
                             **({CONFIG_VARIABLE: str(config_file)} if config_file else {}))
     specs = {_label(kind): kind.command + (["--host", host, "--port", str(port)] if kind.role == API else [])
              for kind in PROCESSES}
-    children: dict[str, subprocess.Popen | None] = {name: _spawn(args, env) for name, args in specs.items()}
-    restarts = {name: 0 for name in specs}
-    started_at = {name: time.monotonic() for name in specs}
-    restart_at: dict[str, float] = {}
-    stopping = False
+    stopping = {"signal": None}
 
-    def stop(*_):
-        nonlocal stopping
-        stopping = True
+    def stop(signum, _frame):
+        stopping["signal"] = signal.Signals(signum).name
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
 
+    children: dict[str, subprocess.Popen | None] = {name: _spawn(args, env) for name, args in specs.items()}
+    restarts = {name: 0 for name in specs}
+    started_at = {name: time.monotonic() for name in specs}
+    restart_at: dict[str, float] = {}
+    postgres = _PostgresWatch(embedded_server) if embedded_server is not None else None
+    exit_code = 0
+
     base_url = f"http://{host}:{port}"
     ready = False
-    while not stopping:
+    while stopping["signal"] is None:
+        if postgres is not None:
+            postgres.check(time.monotonic())
         if not ready:
             try:
                 if httpx.get(f"{base_url}/v0/health", timeout=1.0).status_code == 200:
                     ready = True
-                    log.info("contentsvc_ready", base_url=f"{base_url}/v0", processes=sorted(specs))
+                    log.info("contentsvc_ready", base_url=f"{base_url}/v0", processes=sorted(specs), pid=os.getpid())
             except httpx.HTTPError:
                 pass
         now = time.monotonic()
@@ -67,23 +128,35 @@ def run_all(database_url: str, host: str, port: int, config_file: Path | None = 
                     started_at[name] = now
                 continue
             code = child.poll()
-            if code is not None:
-                # Back off only for a child that keeps dying soon after start.
-                restarts[name] = restarts[name] + 1 if now - started_at[name] < 30 else 1
-                delay = min(30.0, 0.25 * 2 ** min(restarts[name], 7))
-                log.warning("child_exited", process=name, code=code, restart_in_s=delay)
-                children[name] = None
-                restart_at[name] = now + delay
+            if code is None:
+                continue
+            children[name] = None
+            if code == EXIT_BUSY:  # the API could not bind: restarting would fail the same way
+                log.error("child_cannot_listen", child=name, code=code, host=host, port=port,
+                          message=f"the API cannot listen on {host}:{port}; stopping")
+                stopping["signal"] = "child_cannot_listen"
+                exit_code = EXIT_BUSY
+                break
+            # Back off only for a child that keeps dying soon after start.
+            restarts[name] = restarts[name] + 1 if now - started_at[name] < 30 else 1
+            delay = min(30.0, 0.25 * 2 ** min(restarts[name], 7))
+            log.warning("child_exited", child=name, code=code, restart_in_s=delay)
+            restart_at[name] = now + delay
         time.sleep(0.2)
 
+    # A second signal while stopping must not cut the stop short.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    log.info("contentsvc_stopping", reason=stopping["signal"])
     running = [child for child in children.values() if child is not None]
     for child in running:
         child.terminate()
-    deadline = time.time() + 10
+    deadline = time.monotonic() + CHILD_STOP_SECONDS
     for child in running:
         try:
-            child.wait(timeout=max(0.1, deadline - time.time()))
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             child.kill()
+            child.wait()
     log.info("contentsvc_stopped")
-    return 0
+    return exit_code

@@ -30,15 +30,15 @@ _embedded_handles: list = []
 def start_embedded(home: Path) -> str:
     """Start (or join) the embedded PostgreSQL under home/pgdata; returns its URL."""
     warnings.filterwarnings("ignore", module="platformdirs")
-    logging.getLogger("pgserver").setLevel(logging.WARNING)  # its INFO lines are initdb chatter
-    import pgserver  # imported lazily: only the embedded path needs it
+    # pgserver's INFO lines are initdb chatter, and its ERROR lines paste the server's own log
+    # (which quotes values): our own lines say what failed.
+    logging.getLogger("pgserver").setLevel(logging.CRITICAL)
+    from contentsvc.storage import embedded
 
-    home.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(home / "pgdata", cleanup_mode="stop")
-    _embedded_handles.append(server)
-    url = server.get_uri()
-    log.info("embedded_postgres_started", pgdata=str(home / "pgdata"))
-    return url
+    server = embedded.start(home)
+    if server not in _embedded_handles:
+        _embedded_handles.append(server)
+    return server.get_uri()
 
 
 def resolve_database_url(settings: Settings) -> str:

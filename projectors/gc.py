@@ -8,7 +8,10 @@ Two kinds of files only grow without it:
   generation on every search; a projector reopens on the new one at its
   next step). Deleting is idempotent: a crash half-way leaves a directory
   the next pass removes.
-- Blob bytes (home/blobs/sha256/...): a verified Blob that no ingest ever
+- Blob bytes (home/blobs/sha256/...): an upload that received its bytes
+  but was never confirmed fails `upload_expired` at its expiry (under the
+  row lock confirmUpload takes, so a confirm either verified it first or
+  observes the failure). A verified Blob that no ingest ever
   referenced, whose upload expired, is collected. The decision is taken in
   PostgreSQL, under the Blob's row lock, against the journal (every
   ingest.accepted names the Blobs it references), and recorded as a
@@ -35,6 +38,7 @@ from psycopg import AsyncConnection
 
 from contentsvc.config import Settings
 from contentsvc.domain.clock import utc_now
+from contentsvc.domain.uploads import UNCONFIRMED_ERROR
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
@@ -60,15 +64,25 @@ WHERE b.collected_at IS NULL AND u.expires_at < now() AND b.blob_id > %s
 ORDER BY b.blob_id LIMIT %s
 """
 
-# Content keys of collected Blobs that nothing else holds: no Blob still referenceable
-# (none of `assumed` counts, for a dry run), no upload received and not yet confirmed.
+# Content keys of collected Blobs and failed uploads that nothing else holds: no Blob still
+# referenceable, no upload received and not yet confirmed (for a dry run, none of the `assumed`
+# Blobs and uploads counts: they would be collected first).
 _ORPHAN_KEYS = """
-SELECT DISTINCT b.storage_key FROM blobs b
-WHERE (b.collected_at IS NOT NULL OR b.blob_id = ANY(%(assumed)s))
-  AND NOT EXISTS (SELECT 1 FROM blobs o WHERE o.storage_key = b.storage_key AND o.collected_at IS NULL
-                  AND NOT o.blob_id = ANY(%(assumed)s))
-  AND NOT EXISTS (SELECT 1 FROM uploads u WHERE u.storage_key = b.storage_key AND u.state = 'verifying')
+SELECT k.storage_key FROM (
+    SELECT storage_key FROM blobs WHERE collected_at IS NOT NULL OR blob_id = ANY(%(blobs)s)
+    UNION SELECT storage_key FROM uploads WHERE storage_key IS NOT NULL
+                                            AND (state = 'failed' OR upload_id = ANY(%(uploads)s))) AS k
+WHERE NOT EXISTS (SELECT 1 FROM blobs o WHERE o.storage_key = k.storage_key AND o.collected_at IS NULL
+                  AND NOT o.blob_id = ANY(%(blobs)s))
+  AND NOT EXISTS (SELECT 1 FROM uploads u WHERE u.storage_key = k.storage_key AND u.state = 'verifying'
+                  AND NOT u.upload_id = ANY(%(uploads)s))
 ORDER BY 1
+"""
+
+# Uploads whose bytes arrived but that were never confirmed, past their expiry.
+_UNCONFIRMED = """
+SELECT upload_id, received_size FROM uploads WHERE state = 'verifying' AND expires_at < now()
+ORDER BY upload_id LIMIT %s
 """
 
 
@@ -78,6 +92,7 @@ class Collected:
 
     generations: list[tuple[str, str, int]] = field(default_factory=list)  # kind, generation_id, bytes
     blobs: list[tuple[str, int]] = field(default_factory=list)  # blob_id, size_bytes
+    uploads: list[tuple[str, int]] = field(default_factory=list)  # upload_id (received, never confirmed), bytes
     files: list[tuple[str, int]] = field(default_factory=list)  # storage key, bytes
 
     @property
@@ -100,6 +115,7 @@ class Collector:
         out = Collected()
         await self._generations(conn, out, dry_run)
         await self._blobs(conn, out, dry_run)
+        await self._unconfirmed(conn, out, dry_run)
         await self._files(conn, out, dry_run)
         return out
 
@@ -159,10 +175,40 @@ class Collector:
             log.info("blob_collected", blob=blob_id, bytes=size)
         return collected
 
+    @staticmethod
+    async def _unconfirmed(conn: AsyncConnection, out: Collected, dry_run: bool) -> None:
+        while True:
+            async with conn.transaction():
+                cur = await conn.execute(_UNCONFIRMED, (BATCH,))
+                candidates = await cur.fetchall()
+            if dry_run or not candidates:
+                out.uploads += candidates
+                return
+            async with journal_transaction(conn):
+                cur = await conn.execute(
+                    "SELECT upload_id, org_id, received_size FROM uploads WHERE upload_id = ANY(%s)"
+                    " AND state = 'verifying' AND expires_at < now() ORDER BY upload_id FOR UPDATE",
+                    ([upload_id for upload_id, _ in candidates],))
+                locked = await cur.fetchall()  # a confirm that held one first verified or failed it
+                now = utc_now()
+                events = [NewEvent(org_id=org_id, subject_type="upload", subject_id=upload_id,
+                                   payload=ev.UploadFailed(upload_id=upload_id, error=UNCONFIRMED_ERROR,
+                                                           failed_at=now))
+                          for upload_id, org_id, _ in locked]
+                if events:
+                    await fold(conn, events)
+                    await append(conn, events)
+            for upload_id, _, size in locked:
+                log.info("upload_expired_unconfirmed", upload=upload_id, bytes=size)
+            out.uploads += [(upload_id, size) for upload_id, _, size in locked]
+            if len(candidates) < BATCH:
+                return
+
     async def _files(self, conn: AsyncConnection, out: Collected, dry_run: bool) -> None:
-        assumed = [blob_id for blob_id, _ in out.blobs] if dry_run else []
+        assumed = {"blobs": [blob_id for blob_id, _ in out.blobs] if dry_run else [],
+                   "uploads": [upload_id for upload_id, _ in out.uploads] if dry_run else []}
         async with conn.transaction():
-            cur = await conn.execute(_ORPHAN_KEYS, {"assumed": assumed})
+            cur = await conn.execute(_ORPHAN_KEYS, assumed)
             keys = [row[0] for row in await cur.fetchall()]
         for key in keys:
             path = self.blob_root / key
@@ -212,6 +258,6 @@ class GarbageCollector(PeriodicWorker):
 
     async def run_once(self, conn: AsyncConnection) -> None:
         done = await self.collector.collect(conn)
-        if done.generations or done.blobs or done.files:
+        if done.generations or done.blobs or done.uploads or done.files:
             log.info("gc_pass", generations=len(done.generations), blobs=len(done.blobs),
-                     files=len(done.files), bytes_freed=done.bytes_freed)
+                     uploads=len(done.uploads), files=len(done.files), bytes_freed=done.bytes_freed)

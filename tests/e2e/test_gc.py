@@ -23,7 +23,8 @@ import pytest
 
 from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, key_for, text_command,
                             wait_current)
-from tests.e2e.test_uploads import blob_command, ingest_resolved, verified_blob
+from tests.e2e.test_uploads import (blob_command, confirm, create_upload, ingest_resolved, put_content, sha,
+                                    verified_blob)
 
 UPLOAD_TTL = 3  # seconds: long enough to PUT and confirm, short enough to wait out
 
@@ -136,27 +137,53 @@ def test_gc_deletes_a_retired_generation_and_an_unreferenced_blob_and_keeps_the_
 
         # A second pass finds nothing more; the status no longer lists the deleted generation.
         again = cli(server, "gc")
-        assert again.returncode == 0 and "removed 0 generation(s), 0 blob(s), 0 blob file(s)" in again.stdout
+        assert again.returncode == 0, again.stderr
+        assert "removed 0 generation(s), 0 blob(s), 0 unconfirmed upload(s), 0 blob file(s)" in again.stdout
         status = cli(server, "projector", "status")
         assert retired not in status.stdout and serving in status.stdout
 
 
 def test_the_same_content_uploaded_again_keeps_its_bytes(gc_server):
-    # Content-addressed bytes shared by a collected Blob and a newer one stay for the newer one.
+    # Content-addressed bytes shared by a collected Blob and a referenced one stay for the latter.
     server = gc_server
     org = f"org-{uuid.uuid4().hex[:8]}"
     data = f"shared content {uuid.uuid4().hex}".encode()
     with client_for(server, key_for(server.database_url, org)) as client:
+        corpus = create_corpus(client)
         first = verified_blob(client, data)
-        wait_expired(first)
         second = verified_blob(client, data)
+        assert ingest_resolved(client, blob_command(corpus, "s", second["blob_id"], "text/plain"))["outcome"] \
+            == "created"
         path = blob_file(server, server.database_url, second["blob_id"])
+        assert path == blob_file(server, server.database_url, first["blob_id"])
+        wait_expired(second)
         gc = cli(server, "gc")
         assert gc.returncode == 0, gc.stderr
         assert f"removed blob {first['blob_id']}" in gc.stdout and second["blob_id"] not in gc.stdout
-        assert path.is_file()  # the second upload still holds the same bytes
+        assert path.read_bytes() == data  # the referenced Blob still holds the same bytes
         assert client.get(f"/v0/blobs/{second['blob_id']}").status_code == 200
         assert_error(client.get(f"/v0/blobs/{first['blob_id']}"), 404, "not_found")
+
+
+def test_bytes_received_but_never_confirmed_go_at_the_upload_expiry(gc_server):
+    # part 1 rule 7: a session has an expiry; bytes PUT but never confirmed do not outlive it.
+    server = gc_server
+    org = f"org-{uuid.uuid4().hex[:8]}"
+    data = f"never confirmed {uuid.uuid4().hex}".encode()
+    with client_for(server, key_for(server.database_url, org)) as client:
+        upload = create_upload(client, data)
+        assert put_content(upload, data).status_code == 200  # state verifying
+        path = server.home / "blobs" / "sha256" / sha(data)[:2] / sha(data)[2:4] / sha(data)
+        assert path.is_file()
+        wait_expired(upload)
+        dry = cli(server, "gc", "--dry-run")
+        assert dry.returncode == 0 and upload["upload_id"] in dry.stdout and path.is_file(), dry.stdout
+        gc = cli(server, "gc")
+        assert gc.returncode == 0, gc.stderr
+        assert f"removed upload {upload['upload_id']}" in gc.stdout and not path.exists(), gc.stdout
+        # A late confirm observes the failure instead of verifying bytes that are gone.
+        failed = confirm(client, upload["upload_id"])
+        assert failed["state"] == "failed" and failed["error"]["code"] == "upload_expired"
 
 
 def test_the_gc_worker_collects_on_its_own(databases, tmp_path):

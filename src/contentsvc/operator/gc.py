@@ -23,8 +23,10 @@ def run_gc(url: str, settings: Settings, dry_run: bool = False) -> int:
         print(f"{verb} generation {kind}/{generation_id} ({size} bytes)")
     for blob_id, size in done.blobs:
         print(f"{verb} blob {blob_id} ({size} bytes)")
+    for upload_id, size in done.uploads:
+        print(f"{verb} upload {upload_id}, received but never confirmed ({size} bytes)")
     for key, size in done.files:
         print(f"{verb} blob file {key} ({size} bytes)")
     print(f"{verb} {len(done.generations)} generation(s), {len(done.blobs)} blob(s),"
-          f" {len(done.files)} blob file(s): {done.bytes_freed} bytes {'to free' if dry_run else 'freed'}")
+          f" {len(done.uploads)} unconfirmed upload(s), {len(done.files)} blob file(s): {done.bytes_freed} bytes {'to free' if dry_run else 'freed'}")
     return 0

@@ -43,7 +43,7 @@ def print_status(url: str, names: list[str], home: Path) -> int:
                           str(position), str(head - position),
                           str(bytes_held(generation.path(home))) if generation else "-",
                           updated.isoformat() if updated else "never")
-    console = Console(width=max(Console().width, 140))
+    console = Console(width=max(Console().width, 140))  # a generation id and its state stay on one line
     console.print(table)
     if building:
         table = Table(title="corpus projection generations being built")

@@ -13,6 +13,9 @@ output lives decides the base a projector extends:
   inside `checkpointed(...)`, the transaction that moves the checkpoint. A
   crash between the outside work and that commit repeats the work for the
   same events, so it must be idempotent (delete then add, insert if absent).
+- `PeriodicWorker`: no fold at all; a task run at start and then every
+  interval (collecting garbage), under the same single-instance lock and
+  outage handling.
 - `GenerationFold`: an ExternalFold whose output is the serving index
   generation (search/generations.py): the checkpoint is the generation's,
   committed after the index, and a replay's cutover makes it reopen on the
@@ -24,6 +27,7 @@ surviving a lost database) is `projectors/runner.py`, the same for all.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -58,6 +62,26 @@ class Projector(ABC):
     async def step(self, conn: AsyncConnection) -> bool:
         """Fold the next batch (the connection is outside any transaction); True when more
         work is waiting, so the runner comes back at once instead of waiting for a commit."""
+
+
+class PeriodicWorker(Projector):
+    """A worker that reads no journal: `run_once` at start, then every `interval_seconds`.
+    Between runs `step` answers False, so the runner waits for a commit or its poll and
+    looks again; a lost database is waited out and the run repeated, as for a fold."""
+
+    def __init__(self, interval_seconds: float) -> None:
+        self.interval_seconds = interval_seconds
+        self._due = 0.0  # monotonic time of the next run: at once
+
+    @abstractmethod
+    async def run_once(self, conn: AsyncConnection) -> None:
+        """One pass of the task (the connection is outside any transaction)."""
+
+    async def step(self, conn: AsyncConnection) -> bool:
+        if time.monotonic() >= self._due:
+            await self.run_once(conn)
+            self._due = time.monotonic() + self.interval_seconds
+        return False
 
 
 class TableFold(Projector):

@@ -225,7 +225,7 @@ def cmd_projector(args, settings: Settings) -> int:
     if args.action == "status":
         from contentsvc.operator.projectors import print_status
 
-        return print_status(_database_url(settings), names)
+        return print_status(_database_url(settings), names, settings.home)
     kind = _kind_named(PROJECTOR, args.name)
     if kind is None:
         return 2
@@ -243,6 +243,12 @@ def cmd_worker(args, settings: Settings) -> int:
 
     kind = _kind_named(WORKER, args.name)
     return 2 if kind is None else _run_fold(kind, settings)
+
+
+def cmd_gc(args, settings: Settings) -> int:
+    from contentsvc.operator.gc import run_gc
+
+    return run_gc(_database_url(settings), settings, dry_run=args.dry_run)
 
 
 def cmd_keys(args, settings: Settings) -> int:
@@ -393,6 +399,11 @@ def build_parser() -> argparse.ArgumentParser:
     r = wsub.add_parser("run", help="run one worker until stopped")
     r.add_argument("name")
     p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("gc", parents=[configured],
+                       help="delete retired index generations past their grace and Blobs nothing references")
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
+    p.set_defaults(func=cmd_gc)
 
     p = sub.add_parser("keys", help="operator: API keys")
     ksub = p.add_subparsers(dest="action", required=True)

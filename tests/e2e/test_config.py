@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 
 from contentsvc.processes.local_service import free_port
+from contentsvc.processes.registry import PROCESSES
 from tests.conftest import ServerProcess, json_lines
 
 CREDENTIAL_KEY = base64.b64encode(b"c" * 32).decode()
@@ -76,7 +77,9 @@ def test_every_process_of_run_reads_the_same_file(database_url, tmp_path):
     server = ServerProcess(database_url, tmp_path, extra_env={"CONTENTSVC_CONFIG": str(config),
                                                               "SVC_CREDENTIAL_KEY": CREDENTIAL_KEY})
     try:
-        expected = 2 + len(projectors)  # the supervisor, the API, one per projector
+        # The supervisor, the API, one per projector and one per worker (the registry's other kinds).
+        expected = 1 + len(PROCESSES)
+        assert set(projectors) <= {kind.name for kind in PROCESSES}
         deadline = time.monotonic() + 60
         while True:
             loaded = [e for e in json_lines(server.log_path) if e.get("event") == "config_loaded"]

@@ -206,11 +206,12 @@ async def get_blob(call: Call[None, None], blob_id: str) -> Response:
     p = call.principal
     async with services(call.request).pool.connection() as conn:
         cur = await conn.execute(
-            "SELECT blob_id, media_type, size_bytes, sha256, created_at FROM blobs WHERE blob_id = %s AND org_id = %s",
+            "SELECT blob_id, media_type, size_bytes, sha256, created_at FROM blobs WHERE blob_id = %s AND org_id = %s"
+            " AND collected_at IS NULL",
             (blob_id, p.org_id),
         )
         row = await cur.fetchone()
-    if row is None:  # unknown, not verified, or another Organization's: possessing an id grants nothing
+    if row is None:  # unknown, not verified, collected, or another Organization's: an id grants nothing
         raise not_found("blob")
     return respond(Blob(blob_id=row[0], media_type=row[1], size_bytes=row[2], sha256=row[3], created_at=iso(row[4])))
 

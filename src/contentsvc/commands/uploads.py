@@ -20,7 +20,8 @@ from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.readmodel.fold import fold
-from contentsvc.readmodel.uploads import load_upload
+from contentsvc.readmodel.uploads import hold_storage_key, load_upload
+from contentsvc.storage.blobstore import key_for
 
 
 def _upload_event(org_id: str, payload: ev.UploadCreated | ev.UploadReceived | ev.UploadVerified | ev.UploadFailed
@@ -67,6 +68,8 @@ async def receive_upload(conn: AsyncConnection, upload_id: str, size: int, sha25
             raise not_found("upload")
         if row["step"] > 0:
             raise already_received(row["state"])
+        # Content-addressed: the file may already be there, about to be collected.
+        await hold_storage_key(conn, key_for(sha256))
         storage_key = await store_content()
         event = _upload_event(row["org_id"], ev.UploadReceived(
             upload_id=upload_id,

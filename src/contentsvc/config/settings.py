@@ -84,6 +84,17 @@ class SearchSettings(Section):
     backfill_chunk: Count = 500
 
 
+class GcSettings(Section):
+    """What `contentsvc gc` and the gc worker delete, and how often the worker looks."""
+
+    # A retired index generation's files stay this long after its cutover, so that searches
+    # and processes that opened it finish (the routing grace, search.retired_grace_seconds,
+    # is far shorter).
+    retired_generation_grace_seconds: Annotated[int, Meta(ge=0)] = 600
+    # The worker collects once at start, then this often.
+    interval_seconds: Seconds = 300
+
+
 class ClientSettings(Section):
     """How the command-line clients (`contentsvc mcp`, `contentsvc bench`) reach a running service."""
 
@@ -191,6 +202,7 @@ class Settings(Section):
     changes: ChangeSettings = field(default_factory=ChangeSettings)
     uploads: UploadSettings = field(default_factory=UploadSettings)
     search: SearchSettings = field(default_factory=SearchSettings)
+    gc: GcSettings = field(default_factory=GcSettings)
     client: ClientSettings = field(default_factory=ClientSettings)
     bench: BenchSettings = field(default_factory=BenchSettings)
     deliveries: DeliverySettings = field(default_factory=DeliverySettings)

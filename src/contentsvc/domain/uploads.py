@@ -99,6 +99,10 @@ def verdict(declared_size: int, declared_sha256: str, size: int, sha256: str) ->
 
 EXPIRED_ERROR = {"code": "upload_expired", "retryable": False,
                  "message": "The upload URL expired before any bytes were received."}
+# Received bytes never confirmed are collected at the session's expiry, as a verified Blob
+# no ingest references is (projectors/gc.py).
+UNCONFIRMED_ERROR = {"code": "upload_expired", "retryable": False,
+                     "message": "The upload expired before it was confirmed; its bytes were deleted."}
 
 
 def utc(ts: datetime) -> str:

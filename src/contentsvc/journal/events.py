@@ -215,6 +215,7 @@ UPLOAD_CREATED = "upload.created"
 UPLOAD_RECEIVED = "upload.received"
 UPLOAD_VERIFIED = "upload.verified"
 UPLOAD_FAILED = "upload.failed"
+BLOB_COLLECTED = "blob.collected"
 
 
 class UploadCreated(EventPayload, kw_only=True, tag=UPLOAD_CREATED):
@@ -254,6 +255,15 @@ class UploadFailed(EventPayload, kw_only=True, tag=UPLOAD_FAILED):
     failed_at: Timestamp
 
 
+class BlobCollected(EventPayload, kw_only=True, tag=BLOB_COLLECTED):
+    """A verified Blob that no ingest referenced, past its upload's expiry: it may no longer be
+    referenced, and its bytes are deleted once no other Blob or upload holds the same content."""
+
+    blob_id: str
+    storage_key: str
+    collected_at: Timestamp
+
+
 # ------------------------------------------------------------------------ Operations (public)
 
 OPERATION_CHANGED = "operation.changed"
@@ -274,7 +284,7 @@ Payload = Union[
     CorpusCreated, CorpusRetrievalChanged,
     RecordAccepted, RecordAvailabilityChanged, RecordEnriched, RecordEnrichmentBlocked, RecordWithdrawn,
     ReceiptResolved,
-    UploadCreated, UploadReceived, UploadVerified, UploadFailed,
+    UploadCreated, UploadReceived, UploadVerified, UploadFailed, BlobCollected,
     OperationChanged,
 ]
 PAYLOAD_TYPES: dict[str, type[EventPayload]] = {t.__struct_config__.tag: t for t in Payload.__args__}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import psycopg
 from rich.console import Console
@@ -12,32 +13,37 @@ from rich.table import Table
 from contentsvc.journal import checkpoints
 from contentsvc.journal.store import head as journal_head
 from contentsvc.journal.store import read_after
+from contentsvc.search.generations import Generation, bytes_held
 
 
-def print_status(url: str, names: list[str]) -> int:
+def print_status(url: str, names: list[str], home: Path) -> int:
     with psycopg.connect(url) as conn:
         head = conn.execute("SELECT coalesce(max(position), 0) FROM journal").fetchone()[0]
         rows = dict(
             (r[0], r[1:])
             for r in conn.execute("SELECT name, position, updated_at FROM projector_checkpoints").fetchall()
         )
-        generations = conn.execute(
-            "SELECT kind, generation_id, state FROM search_generations WHERE state <> 'retired'"
-            " ORDER BY kind, created_at").fetchall()
+        found = [Generation(*r) for r in conn.execute(
+            "SELECT generation_id, kind, state, announced FROM search_generations ORDER BY kind, created_at")]
         building = conn.execute(
             "SELECT org_id || '/' || corpus_id, projection_generation_id, operation_id, versions_done,"
             " versions_in_scope FROM corpus_projections WHERE state = 'building' ORDER BY accepted_position").fetchall()
+    # A retired generation is listed while its files remain (until `contentsvc gc` deletes them).
+    shown = [g for g in found if g.state != "retired" or g.path(home).is_dir()]
     table = Table(title=f"journal head {head}")
-    for column in ("projector", "generation", "position", "lag (events)", "updated"):
+    for column in ("projector", "generation", "position", "lag (events)", "bytes", "updated"):
         table.add_column(column)
     for name in names:
         # Index projectors keep one checkpoint per generation.
-        gens = [(g, s) for k, g, s in generations if k == name] or [(None, None)]
-        for generation, state in gens:
-            position, updated = rows.get(f"{name}:{generation}" if generation else name, (0, None))
-            table.add_row(name, f"{generation} ({state})" if generation else "-", str(position),
-                          str(head - position), updated.isoformat() if updated else "never")
-    console = Console()
+        gens = [g for g in shown if g.kind == name] or [None]
+        for generation in gens:
+            checkpoint = generation.checkpoint_name if generation else name
+            position, updated = rows.get(checkpoint, (0, None))
+            table.add_row(name, f"{generation.generation_id} ({generation.state})" if generation else "-",
+                          str(position), str(head - position),
+                          str(bytes_held(generation.path(home))) if generation else "-",
+                          updated.isoformat() if updated else "never")
+    console = Console(width=max(Console().width, 140))  # a generation id and its state stay on one line
     console.print(table)
     if building:
         table = Table(title="corpus projection generations being built")

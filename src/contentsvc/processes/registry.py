@@ -8,7 +8,9 @@ and `contentsvc worker run NAME` start one; `contentsvc projector list` and
 A projector or worker is built from its `factory`, "module:Class" naming a
 `contentsvc.projectors.base.Projector`; it is imported only by the process
 that runs it, so listing the kinds loads no index library. Adding a worker
-is one entry here, `ProcessKind("NAME", WORKER, "contentsvc.SLICE.NAME:Class")`.
+is one entry here, `ProcessKind("NAME", WORKER, "contentsvc.SLICE.NAME:Class")`;
+a worker that runs a periodic task rather than a fold extends
+`contentsvc.projectors.base.PeriodicWorker` (the `gc` worker does).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ PROCESSES: tuple[ProcessKind, ...] = (
     ProcessKind("readmodel", PROJECTOR, "contentsvc.projectors.readmodel:ReadModelProjector"),
     ProcessKind("lexical", PROJECTOR, "contentsvc.projectors.lexical:LexicalProjector"),
     ProcessKind("vectors", PROJECTOR, "contentsvc.projectors.vectors:VectorProjector"),
+    ProcessKind("gc", WORKER, "contentsvc.projectors.gc:GarbageCollector"),
 )
 
 

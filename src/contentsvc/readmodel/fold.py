@@ -6,7 +6,7 @@ their own transaction, for the rows that must be readable before the 202 leaves.
 Input: corpus.created, ingest.accepted, withdrawal.accepted,
 record.accepted, record.withdrawn, record.availability_changed,
 record.enriched, record.enrichment_blocked, receipt.resolved, upload.created, upload.received, upload.verified,
-upload.failed. Output: the corpora, receipts, records, versions, uploads
+upload.failed, blob.collected. Output: the corpora, receipts, records, versions, uploads
 and blobs tables, committed with the checkpoint.
 
 Every statement is idempotent (insert-if-absent, or set to a value carried
@@ -148,6 +148,11 @@ SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::int8[],
                      %b::timestamptz[])
 ON CONFLICT DO NOTHING
 """
+_BLOB_COLLECTED = """
+UPDATE blobs b SET collected_at = u.collected_at
+FROM unnest(%b::text[], %b::timestamptz[]) AS u(blob_id, collected_at)
+WHERE b.blob_id = u.blob_id AND b.collected_at IS NULL
+"""
 _UPLOAD_FAILED = """
 UPDATE uploads up SET state = 'failed', step = 2, error = u.error
 FROM unnest(%b::text[], %b::jsonb[]) AS u(upload_id, error)
@@ -255,6 +260,10 @@ def _blob(e) -> tuple:
     return (p.blob_id, e.org_id, p.upload_id, p.media_type, p.size_bytes, p.sha256, p.storage_key, p.verified_at)
 
 
+def _blob_collected(e) -> tuple:
+    return (e.payload.blob_id, e.payload.collected_at)
+
+
 def _upload_failed(e) -> tuple:
     p = e.payload
     return (p.upload_id, Jsonb(p.error))
@@ -298,6 +307,7 @@ FOLD_ORDER = [
     ({ev.UPLOAD_VERIFIED}, _UPLOAD_VERIFIED, _upload_verified, _first_wins),
     ({ev.UPLOAD_VERIFIED}, _BLOB, _blob, None),
     ({ev.UPLOAD_FAILED}, _UPLOAD_FAILED, _upload_failed, _first_wins),
+    ({ev.BLOB_COLLECTED}, _BLOB_COLLECTED, _blob_collected, _first_wins),
 ]
 FOLDED_KINDS = frozenset(kind for kinds, _, _, _ in FOLD_ORDER for kind in kinds)
 

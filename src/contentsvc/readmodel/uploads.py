@@ -12,12 +12,23 @@ from contentsvc.journal import events as ev
 
 
 async def verified_blobs(conn: AsyncConnection, org_id: str, blob_ids: list[str]) -> dict[str, ev.VerifiedBlob]:
-    """The verified Blobs among blob_ids, of this Organization only (possessing an id grants nothing)."""
+    """The verified Blobs among blob_ids, of this Organization only (possessing an id grants nothing).
+
+    The rows stay share-locked until the caller's transaction ends: the collector marks a Blob
+    collected under a row lock, so an ingest referencing it either commits first (and the
+    collector then finds the reference) or waits and finds it collected (unverified_blob)."""
     cur = await conn.execute(
-        "SELECT blob_id, sha256, size_bytes, storage_key FROM blobs WHERE org_id = %s AND blob_id = ANY(%s)",
+        "SELECT blob_id, sha256, size_bytes, storage_key FROM blobs WHERE org_id = %s AND blob_id = ANY(%s)"
+        " AND collected_at IS NULL ORDER BY blob_id FOR SHARE",
         (org_id, blob_ids),
     )
     return {r[0]: ev.VerifiedBlob(sha256=r[1], size_bytes=r[2], storage_key=r[3]) for r in await cur.fetchall()}
+
+
+async def hold_storage_key(conn: AsyncConnection, storage_key: str) -> None:
+    """Take the content key's lock for the caller's transaction: a PUT that stores (or finds
+    already stored) these bytes and the collector deleting them never interleave."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"blob:{storage_key}",))
 
 
 UPLOAD_COLUMNS = """upload_id, org_id, blob_id, state, step, media_type, size_bytes, sha256, filename, expires_at,

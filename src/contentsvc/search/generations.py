@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +78,7 @@ async def lock_serving(conn: AsyncConnection, kind: str) -> tuple[Generation, in
 async def cut_over(conn: AsyncConnection, old: Generation, new: Generation, position: int, announced: int) -> None:
     """Inside the transaction holding old's row: new serves from `position`, old retires."""
     await checkpoints.reset(conn, new.checkpoint_name, position)
-    await conn.execute("UPDATE search_generations SET state = 'retired' WHERE generation_id = %s",
+    await conn.execute("UPDATE search_generations SET state = 'retired', retired_at = now() WHERE generation_id = %s",
                        (old.generation_id,))
     await conn.execute("UPDATE search_generations SET state = 'serving', activated_at = now(), announced = %s"
                        " WHERE generation_id = %s", (announced, new.generation_id))
@@ -87,3 +89,33 @@ async def serving_or_first(conn: AsyncConnection, kind: str) -> Generation:
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"generation:{kind}",))
         return await serving(conn, kind) or await create(conn, kind, "serving")
+
+
+async def retired_past_grace(conn: AsyncConnection, grace_seconds: int) -> list[Generation]:
+    """Generations out of routing for longer than the grace: their files may go. A searcher
+    re-reads the serving generation on every search, so none still reads them by then."""
+    cur = await conn.execute(
+        "SELECT generation_id, kind, state, announced FROM search_generations WHERE state = 'retired'"
+        " AND retired_at < now() - make_interval(secs => %s) ORDER BY kind, created_at", (grace_seconds,))
+    return [Generation(*row) for row in await cur.fetchall()]
+
+
+def bytes_held(directory: Path) -> int:
+    """The size of the files under a directory (0 when it is gone, or goes while counted)."""
+    total = 0
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def delete_files(directory: Path) -> None:
+    """Remove a generation's directory; already gone counts as done (a crash mid-way is
+    finished by the next collection, which finds the directory again)."""
+    try:
+        shutil.rmtree(directory)
+    except FileNotFoundError:
+        pass

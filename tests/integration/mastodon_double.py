@@ -88,3 +88,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+
+if __name__ == "__main__":  # `python -m tests.integration.mastodon_double`: the instance the shipped fixture reads
+    MastodonDouble(FIXTURE_PORT)
+    threading.Event().wait()

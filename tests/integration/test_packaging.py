@@ -75,6 +75,11 @@ def test_wheel_ships_every_folder_inside_the_namespace(wheel):
     shipped |= {p.relative_to(CHECKOUT / "src").as_posix() for p in plugins.glob("*/fixtures/*") if p.is_file()}
     assert "contentsvc_plugins/pdf/contentsvc-plugin.json" in shipped
     assert "contentsvc_plugins/pdf/fixtures/inspection.pdf" in shipped
+    for plugin in ("query", "rss", "social_list"):  # decisions-part2: every first-party plugin's folder
+        assert f"contentsvc_plugins/{plugin}/contentsvc-plugin.json" in shipped
+        assert f"contentsvc_plugins/{plugin}/plugin.py" in names
+    assert "contentsvc_plugins/rss/fixtures/rss.json" in shipped
+    assert "contentsvc_plugins/social_list/fixtures/list_timeline.json" in shipped
     assert shipped <= names, sorted(shipped - names)
 
     dist_info = next(n.split("/", 1)[0] for n in names if ".dist-info/" in n)

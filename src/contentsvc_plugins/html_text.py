@@ -1,0 +1,45 @@
+"""HTML reduced to plain text for connector items (decisions-part2: rss `body`, social_list
+`body`): block elements become line breaks, scripts and styles vanish, entities are decoded,
+runs of spaces collapse."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+_BLOCKS = {"address", "article", "blockquote", "br", "dd", "div", "dl", "dt", "figcaption", "footer", "h1", "h2",
+           "h3", "h4", "h5", "h6", "header", "hr", "li", "ol", "p", "pre", "section", "table", "tr", "ul"}
+_HIDDEN = {"script", "style", "template", "head"}
+_SPACES = re.compile(r"[ \t\r\f\v\u00a0]+")
+_BREAKS = re.compile(r"\s*\n\s*")
+
+
+class _Collector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.chunks: list[str] = []
+        self.hidden = 0
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        if tag in _HIDDEN:
+            self.hidden += 1
+        elif tag in _BLOCKS:
+            self.chunks.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _HIDDEN:
+            self.hidden = max(0, self.hidden - 1)
+        elif tag in _BLOCKS:
+            self.chunks.append("\n")
+
+    def handle_data(self, data: str) -> None:
+        if not self.hidden:
+            self.chunks.append(data)
+
+
+def html_to_text(html: str) -> str:
+    collector = _Collector()
+    collector.feed(html)
+    collector.close()
+    text = _SPACES.sub(" ", "".join(collector.chunks))
+    return _BREAKS.sub("\n", text).strip()

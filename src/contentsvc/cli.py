@@ -51,12 +51,20 @@ def cmd_serve(args, settings: Settings) -> int:
     from contentsvc.api.app import create_app
 
     url = _database_url(settings, migrate=not args.no_migrate, process="api")
+    _seed_plugins(url, settings, getattr(args, "pinned_plugins", {}))
     host, port = args.host or settings.host, args.port or settings.port
     log.info("api_listening", base_url=f"http://{host}:{port}/v0")
     _say_if_the_embedding_model_is_missing(settings)
     uvicorn.run(create_app(settings, url, settings.public_base_url(host, port)), host=host, port=port, log_level="warning", access_log=False,
                 timeout_graceful_shutdown=2)
     return 0
+
+
+def _seed_plugins(url: str, settings: Settings, pinned: dict) -> None:
+    """The `[plugins.*]` pins as registrations and a configuration plan (once: the registry lock)."""
+    from contentsvc.plugins.seeding import seed_at_start
+
+    asyncio.run(seed_at_start(url, settings, pinned))
 
 
 def _say_if_the_embedding_model_is_missing(settings: Settings) -> None:
@@ -75,6 +83,7 @@ def cmd_run(args, settings: Settings, config_file: Path | None) -> int:
     from contentsvc.processes.supervisor import run_all
 
     url = _database_url(settings, process="supervisor")
+    _seed_plugins(url, settings, getattr(args, "pinned_plugins", {}))
     return run_all(url, args.host or settings.host, args.port or settings.port, config_file)
 
 
@@ -332,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.func is cmd_config:  # prints the configuration instead of running with it
         return cmd_config(args, configuration)
     settings, file = configuration.settings, configuration.file
+    args.pinned_plugins = configuration.plugins
     configure(settings.log_level)
     install_settings(settings)
     # Every process of a deployment must read the same file: its sha256 says which one it read.

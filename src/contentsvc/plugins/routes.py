@@ -54,7 +54,7 @@ async def list_plugins(call: Call[None, None]) -> Response:
 async def get_active_plan(call: Call[None, None]) -> Response:
     async with services(call.request).pool.connection() as conn:
         plan = await registry.active_plan(conn)
-    if plan is None:
+    if plan is None or not plan.roles:
         raise not_found("active plan: no plugin is pinned")
     return respond(plan.view())
 

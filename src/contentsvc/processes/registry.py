@@ -46,6 +46,7 @@ PROCESSES: tuple[ProcessKind, ...] = (
     ProcessKind("readmodel", PROJECTOR, "contentsvc.projectors.readmodel:ReadModelProjector"),
     ProcessKind("lexical", PROJECTOR, "contentsvc.projectors.lexical:LexicalProjector"),
     ProcessKind("vectors", PROJECTOR, "contentsvc.projectors.vectors:VectorProjector"),
+    ProcessKind("plugins", WORKER, "contentsvc.plugins.workers:PluginsWorker"),
 )
 
 

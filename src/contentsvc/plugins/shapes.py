@@ -118,7 +118,7 @@ class PluginRegistration(Output, kw_only=True):
 
 
 class PluginRegistrationDetail(PluginRegistration, kw_only=True):
-    pinned_work: int = 0
+    pinned_work: int  # always shown, 0 included
     check: CheckObject | None = None  # absent until the contract check ran
 
 

@@ -4,14 +4,26 @@ with the same pins commits nothing new."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import time
 
 import httpx
+import psycopg
+
+from contentsvc.config import Settings
+from contentsvc.plugins.plans import ActivePlan
 
 from tests.conftest import ServerProcess
 from tests.e2e.test_plugin_admin import PDF, operator_key
 from tests.integration.plugin_processes import PluginProcess
+
+
+async def _active_plan(url: str, home) -> ActivePlan:
+    cached = ActivePlan(Settings(home=home))
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await cached.refresh(conn)
+    return cached
 
 
 def test_a_pinned_plugin_is_seeded_active_with_a_configuration_plan(databases, tmp_path):
@@ -44,6 +56,12 @@ def test_a_pinned_plugin_is_seeded_active_with_a_configuration_plan(databases, t
                 detail = admin.get(f"/v0/admin/plugins/{registration['registration_id']}").json()
                 time.sleep(0.2)
             assert detail["check"]["failed"] == 0 and detail["state"] == "active"
+        # the plan cache every process polls names the normalizer and how to call it
+        cached = asyncio.run(_active_plan(url, home))
+        provider = cached.normalizer_for("application/pdf")
+        assert cached.plan_id == plan["plan_id"] and cached.normalizer_for("text/html") is None
+        assert provider.target.endpoint == plugin.base_url and provider.manifest.id == "pdf"
+        assert provider.target.manifest_digest == registration["manifest_digest"]
         server.stop()
         # the same pins at the next start: no new registration, no new plan
         server = ServerProcess(url, tmp_path, {"CONTENTSVC_CONFIG": str(config)}, home=home)

@@ -138,6 +138,7 @@ def cmd_serve(args, settings: Settings) -> int:
                 stack.enter_context(_held_home(settings))
                 stack.enter_context(_owned_embedded(settings))
             url = _database_url(settings, migrate=not args.no_migrate, process="api")
+            _seed_plugins(url, settings, getattr(args, "pinned_plugins", {}))
             log.info("api_listening", base_url=f"http://{host}:{port}/v0")
             _say_if_the_embedding_model_is_missing(settings)
             config = uvicorn.Config(create_app(settings, url, settings.public_base_url(host, port)),
@@ -151,6 +152,13 @@ def cmd_serve(args, settings: Settings) -> int:
     finally:
         listener.close()
     return 0
+
+
+def _seed_plugins(url: str, settings: Settings, pinned: dict) -> None:
+    """The `[plugins.*]` pins as registrations and a configuration plan (once: the registry lock)."""
+    from contentsvc.plugins.seeding import seed_at_start
+
+    asyncio.run(seed_at_start(url, settings, pinned))
 
 
 def _say_if_the_embedding_model_is_missing(settings: Settings) -> None:
@@ -177,6 +185,7 @@ def cmd_run(args, settings: Settings, config_file: Path | None) -> int:
             check_free(host, port)
             with _owned_embedded(settings) as server:
                 url = _database_url(settings, process="supervisor")
+                _seed_plugins(url, settings, getattr(args, "pinned_plugins", {}))
                 return run_all(url, host, port, config_file, embedded_server=server)
     except HomeInUse as exc:
         return _refuse_busy(exc, "home_in_use", home=str(exc.home), pid=exc.pid)
@@ -477,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.func is cmd_config:  # prints the configuration instead of running with it
         return cmd_config(args, configuration)
     settings, file = configuration.settings, configuration.file
+    args.pinned_plugins = configuration.plugins
     configure(settings.log_level, process=_process_name(args))
     install_settings(settings)
     # Every process of a deployment must read the same file: its sha256 says which one it read.

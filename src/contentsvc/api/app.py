@@ -17,6 +17,7 @@ from contentsvc.api import changes, corpora, health, openapi, receipts, records,
 from contentsvc.api import operations, uploads
 from contentsvc.api.http import Services
 from contentsvc.api.routes import with_options
+from contentsvc.plugins import routes as plugin_routes
 from contentsvc.readmodel.changes import FEED_PROJECTOR, FeedTicker
 from contentsvc.config import MAX_BATCH_BYTES, Settings
 from contentsvc.storage.availability import (
@@ -133,7 +134,7 @@ async def _listen(url: str, settings: Settings, feed_moved: FeedTicker, lexical_
 # Every route the app serves; the OpenAPI document is generated from their declarations.
 ROUTES = with_options([
     *records.ROUTES, *receipts.ROUTES, *search.ROUTES, *corpora.ROUTES, *changes.ROUTES, *health.ROUTES,
-    *openapi.ROUTES, *uploads.ROUTES, *operations.ROUTES,
+    *openapi.ROUTES, *uploads.ROUTES, *operations.ROUTES, *plugin_routes.ROUTES,
 ])
 
 

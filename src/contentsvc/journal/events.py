@@ -25,6 +25,12 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from contentsvc.ids import new_id
+from contentsvc.plugins.events import (
+    PluginChecked,
+    PluginPlanCommitted,
+    PluginRegistered,
+    PluginStateChanged,
+)
 
 Timestamp = str  # RFC 3339, UTC, as the contract writes it
 JsonObject = dict[str, Any]  # a client's JSON object, kept as given
@@ -286,6 +292,8 @@ Payload = Union[
     ReceiptResolved,
     UploadCreated, UploadReceived, UploadVerified, UploadFailed, BlobCollected,
     OperationChanged,
+    # the plugin registry (plugins/events.py)
+    PluginRegistered, PluginChecked, PluginStateChanged, PluginPlanCommitted,
 ]
 PAYLOAD_TYPES: dict[str, type[EventPayload]] = {t.__struct_config__.tag: t for t in Payload.__args__}
 PUBLIC_KINDS = frozenset(kind for kind, t in PAYLOAD_TYPES.items() if t.public)

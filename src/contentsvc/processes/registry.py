@@ -49,6 +49,7 @@ PROCESSES: tuple[ProcessKind, ...] = (
     ProcessKind("lexical", PROJECTOR, "contentsvc.projectors.lexical:LexicalProjector"),
     ProcessKind("vectors", PROJECTOR, "contentsvc.projectors.vectors:VectorProjector"),
     ProcessKind("gc", WORKER, "contentsvc.projectors.gc:GarbageCollector"),
+    ProcessKind("plugins", WORKER, "contentsvc.plugins.workers:PluginsWorker"),
 )
 
 

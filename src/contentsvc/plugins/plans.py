@@ -1,0 +1,98 @@
+"""The active plan as every api and worker process sees it: reloaded from the registry at
+`plugin_plan_poll` (part 2: a polling interval, not a completion guarantee).
+
+    plan = ActivePlan(settings)
+    task = asyncio.create_task(plan.poll(pool))      # or: await plan.refresh(conn) yourself
+    provider = plan.normalizer_for("application/pdf")  # None: the built-in path
+    if provider is not None:
+        async with PluginClient(provider.target) as client: ...
+        # record plan.plan_id with the work (pinned work keeps the plan it started under)
+
+A provider carries what calling the plugin needs: the registration, its pinned client target
+(endpoint, token, identity, manifest digest), its manifest and installed settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from psycopg import AsyncConnection
+
+from contentsvc.config import Settings
+from contentsvc.logging import get_logger
+from contentsvc.plugins import registry, store
+from contentsvc.plugins.client import PluginTarget
+from contentsvc.plugins.manifest import InstalledSettings, Manifest, installed_settings, parse_manifest
+
+log = get_logger("contentsvc.plugins.plans")
+
+
+@dataclass(frozen=True)
+class Provider:
+    registration_id: str
+    plugin_id: str
+    version: str
+    target: PluginTarget
+    manifest: Manifest
+    settings: InstalledSettings
+
+
+@dataclass(frozen=True)
+class PlanSnapshot:
+    plan_id: str | None
+    providers: dict[str, Provider]  # role -> provider
+
+
+class ActivePlan:
+    """The active plan, as of the last refresh. Reads never touch the database."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._snapshot = PlanSnapshot(None, {})
+
+    @property
+    def plan_id(self) -> str | None:
+        return self._snapshot.plan_id
+
+    def provider(self, role: str) -> Provider | None:
+        return self._snapshot.providers.get(role)
+
+    def normalizer_for(self, media_type: str) -> Provider | None:
+        """The normalizer serving `media_type`, or None (the built-in text path)."""
+        return self.provider(f"normalizer:{media_type}")
+
+    async def refresh(self, conn: AsyncConnection) -> None:
+        plan = await registry.active_plan(conn)
+        if plan is None:
+            self._snapshot = PlanSnapshot(None, {})
+            return
+        if plan.plan_id == self._snapshot.plan_id:
+            return  # plans are immutable
+        providers: dict[str, Provider] = {}
+        loaded: dict[str, Provider] = {}
+        for role in plan.roles:
+            rid = role.registration_id
+            if rid not in loaded:
+                found = await registry.registration(conn, rid)
+                pinned = parse_manifest(found.manifest.encode("utf-8"))
+                loaded[rid] = Provider(
+                    registration_id=rid, plugin_id=found.plugin_id, version=found.version,
+                    target=PluginTarget(found.plugin_id, found.version, found.manifest_digest, found.endpoint,
+                                        store.read_token(self.settings, rid) if found.has_token else None),
+                    manifest=pinned.manifest, settings=installed_settings(pinned.manifest, found.settings))
+            providers[role.role] = loaded[rid]
+        self._snapshot = PlanSnapshot(plan.plan_id, providers)
+        log.info("plugin_plan_loaded", plan_id=plan.plan_id)
+
+    async def poll(self, pool) -> None:
+        """Refresh every `plugin_plan_poll` seconds until cancelled; a failed read keeps the plan held."""
+        while True:
+            try:
+                async with pool.connection() as conn:
+                    await self.refresh(conn)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database is away: keep serving with the plan held
+                log.debug("plugin_plan_refresh_failed", error=type(exc).__name__)
+            await asyncio.sleep(self.settings.plugin_plan_poll)

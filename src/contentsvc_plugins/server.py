@@ -22,7 +22,6 @@ them means no framework answers a bad request with a shape the engine does not p
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import time
 import traceback
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import anyio.to_thread
 
+from contentsvc.config.plugins import is_loopback
 from contentsvc.logging import get_logger
 from contentsvc.plugins.manifest import MANIFEST_FILE, PinnedManifest, parse_manifest
 
@@ -228,15 +228,6 @@ def _innermost_frame(exc: BaseException) -> str:
 
 class ServeRefused(ValueError):
     """A start the plugin refuses before it listens."""
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def serve(plugin: Plugin, host: str, port: int, token: str | None) -> None:

@@ -66,7 +66,8 @@ def _http_url(value: str) -> tuple[str, str] | None:
     return parts.scheme, parts.hostname
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """A loopback host name or address (plugins and destinations may then speak plain http)."""
     if host == "localhost":
         return True
     try:
@@ -130,7 +131,7 @@ def _plugin_problems(plugin_id: str, entry: PluginSettings) -> Iterator[tuple[st
     if entry.launch is not None:
         if entry.launch != plugin_id:
             yield ".launch", f"starts the first-party plugin {entry.launch}, whose id is not {plugin_id!r}"
-        elif endpoint[0] != "http" or not _loopback(endpoint[1]):
+        elif endpoint[0] != "http" or not is_loopback(endpoint[1]):
             yield ".launch", "a launched plugin listens on loopback: the endpoint must be http://127.0.0.1:<port>"
 
 
@@ -172,7 +173,7 @@ def destination_problems(settings: Settings) -> Iterator[tuple[str, str]]:
 
 def _destination_problems(entry: DestinationSettings) -> Iterator[tuple[str, str]]:
     url = _http_url(entry.url)
-    if url is None or (url[0] == "http" and not (_loopback(url[1]) or entry.allow_http)):
+    if url is None or (url[0] == "http" and not (is_loopback(url[1]) or entry.allow_http)):
         yield ".url", "must be an https URL (http only for a loopback host or with allow_http = true)"
     secret_problem = f"must be {WEBHOOK_SECRET_PREFIX} followed by the base64 of {_SECRET_BYTES[0]} to " \
                      f"{_SECRET_BYTES[1]} bytes"

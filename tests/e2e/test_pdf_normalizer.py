@@ -1,0 +1,103 @@
+"""The pdf normalizer as a user runs it (decisions-part2 "Startup configuration", `launch`; part 2
+"Normalizer request"; part 1 "Diagnostic"): `contentsvc run` with a contentsvc.toml pinning the
+first-party pdf plugin for application/pdf starts the plugin itself; a PDF Blob becomes a Version
+whose Parts are the PDF's pages, found by lexical search; bytes that are not a PDF quarantine the
+Version with the plugin's terminal error as `normalizer_failed`, naming plugin, contribution and
+invocation."""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+
+import httpx
+import psycopg
+
+from contentsvc.processes.local_service import free_port
+
+from tests.conftest import ServerProcess, client_for, create_corpus, key_for, wait_resolved
+from tests.e2e.test_plugin_admin import PDF
+from tests.e2e.test_uploads import blob_command, verified_blob, version_of
+
+FIXTURE = PDF / "fixtures" / "inspection.pdf"
+
+
+def _searchable(client: httpx.Client, receipt: dict, timeout: float = 30) -> dict:
+    deadline = time.time() + timeout
+    while not receipt["availability"]["searchable"] and time.time() < deadline:
+        time.sleep(0.1)
+        receipt = client.get(f"/v0/ingestion-receipts/{receipt['receipt_id']}").json()
+    return receipt
+
+
+def _ingest(client: httpx.Client, corpus: str, key: str, blob_id: str) -> dict:
+    r = client.post("/v0/records", json=blob_command(corpus, key, blob_id, "application/pdf"))
+    # part 2 "Plugin registration and plan": a media type the active plan routes is accepted
+    assert r.status_code == 202, r.text
+    return wait_resolved(client, r.json()["receipt_id"], timeout=60)
+
+
+def test_a_launched_pdf_normalizer_turns_a_pdf_blob_into_searchable_pages(databases, tmp_path):
+    port = free_port()
+    deploy = tmp_path / "deploy"
+    (deploy / "pdf").mkdir(parents=True)
+    shutil.copy(PDF / "contentsvc-plugin.json", deploy / "pdf")
+    config = deploy / "contentsvc.toml"
+    config.write_text(f'[plugins.pdf]\nendpoint = "http://127.0.0.1:{port}"\nversion = "0.1.0"\n'
+                      f'manifest = "pdf/contentsvc-plugin.json"\ntoken = "pdf-token-{uuid.uuid4().hex}"\n'
+                      'launch = "pdf"\n')
+    url = databases.create()
+    server = ServerProcess(url, tmp_path, {"CONTENTSVC_CONFIG": str(config)})
+    try:
+        # decisions-part2 `launch`: `contentsvc run` started the plugin on the pinned port, with the token
+        deadline = time.time() + 30
+        status = None
+        while time.time() < deadline and status != 401:
+            try:
+                status = httpx.get(f"http://127.0.0.1:{port}/v0/health", timeout=2).status_code
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        assert status == 401  # a first-party plugin started with CONTENTSVC_PLUGIN_TOKEN wants it
+
+        client = client_for(server, key_for(url, "org-pdf"))
+        corpus = create_corpus(client, f"pdf-{uuid.uuid4().hex[:8]}")
+        data = FIXTURE.read_bytes()
+        blob = verified_blob(client, data, "application/pdf")
+        receipt = _ingest(client, corpus, "inspection", blob["blob_id"])
+        # part 1 rule 7 + part 2 normalizer: the Version's text Parts come from the PDF, one per page
+        assert receipt["outcome"] == "created" and receipt["diagnostics"] == [], receipt
+        parts = version_of(client, receipt)["manifest"]["parts"]
+        pages = [p for p in parts if p["key"].startswith("page-")]
+        assert [p["key"] for p in pages] == [f"page-{n}" for n in range(1, len(pages) + 1)] and len(pages) >= 2
+        assert all(p["content"]["kind"] == "text" and p["role"] == "body" for p in pages)
+        text = "\n".join(p["content"]["text"] for p in parts)
+        assert "Harbour crane inspection" in text and "Bearings replaced" in text
+        # ... searchable like any other Version (part 1 rule 19, lexical search)
+        receipt = _searchable(client, receipt)
+        assert receipt["availability"]["searchable"] is True, receipt
+        r = client.post("/v0/search", json={"query": "bearings", "corpus_ids": [corpus], "mode": "lexical"})
+        assert r.status_code == 200, r.text
+        assert receipt["record_id"] in {hit["record_id"] for hit in r.json()["items"]}, r.json()
+
+        # part 1 "Diagnostic": the plugin's terminal error quarantines the Version as normalizer_failed
+        broken = b"%PDF-1.4 this is not really a PDF " + uuid.uuid4().bytes
+        blob = verified_blob(client, broken, "application/pdf")
+        receipt = _ingest(client, corpus, "broken", blob["blob_id"])
+        assert receipt["outcome"] == "created", receipt
+        [diagnostic] = receipt["diagnostics"]
+        assert diagnostic["code"] == "normalizer_failed" and diagnostic["retryable"] is False
+        assert diagnostic["plugin"] == "pdf" and diagnostic["contribution"] == "normalizer"
+        assert diagnostic["invocation_id"].startswith("inv")
+        assert "invalid_pdf" in diagnostic["message"]
+        assert receipt["availability"]["state"] == "quarantined"
+        # the plugin's answer is journaled as a fact: the Version's manifest is in record.accepted
+        with psycopg.connect(url) as conn:
+            kinds = [k for (k,) in conn.execute(
+                "SELECT kind FROM journal WHERE version_id = %s ORDER BY position", (receipt["version_id"],))]
+        assert "record.accepted" in kinds
+    finally:
+        server.stop()
+    log = server.log_path.read_text(errors="replace")
+    assert "Traceback" not in log
+    assert '"plugin_invocation"' in log  # decisions-part2 "Logging": each invocation is a log line

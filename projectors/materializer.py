@@ -223,7 +223,8 @@ class MaterializerProjector(TableFold):
             else:
                 out.extend(self._withdraw(e, identities, key))
             touched.add(key)
-        await self._save(conn, {k: identities[k] for k in touched})
+        # A deferred revision of a new identity leaves no identity behind yet.
+        await self._save(conn, {k: identities[k] for k in touched if k in identities})
         await append(conn, out)
 
     # ------------------------------------------------------------ deferred Receipts
@@ -567,6 +568,8 @@ class MaterializerProjector(TableFold):
     @staticmethod
     async def _save(conn: AsyncConnection, states: dict[tuple, Identity]) -> None:
         keys = list(states)
+        if not keys:
+            return
         await conn.execute(
             "INSERT INTO materializer_identities (org_id, corpus_id, namespace, record_key, record_id,"
             " current_version_id, current_digest, withdrawn)"

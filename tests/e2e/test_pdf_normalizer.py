@@ -7,7 +7,10 @@ invocation."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import time
 import uuid
 
@@ -101,3 +104,74 @@ def test_a_launched_pdf_normalizer_turns_a_pdf_blob_into_searchable_pages(databa
     log = server.log_path.read_text(errors="replace")
     assert "Traceback" not in log
     assert '"plugin_invocation"' in log  # decisions-part2 "Logging": each invocation is a log line
+
+
+def _serve_pdf(port: int, log_path) -> subprocess.Popen:
+    """`contentsvc plugin serve pdf --port P` as an operator starts it, listening once this returns."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CONTENTSVC_PLUGIN_TOKEN", "CONTENTSVC_CONFIG")}
+    process = subprocess.Popen([sys.executable, "-m", "contentsvc.cli", "plugin", "serve", "pdf", "--port", str(port)],
+                               stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, env=env)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/v0/discovery", timeout=1)
+            return process
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.kill()
+    raise AssertionError("the pdf plugin did not listen")
+
+
+def test_an_unreachable_normalizer_keeps_the_receipt_pending_across_a_restart(databases, tmp_path):
+    # part 1 "Diagnostic": an unreachable plugin is retried with backoff, produces no diagnostic on the
+    # Version, and the Receipt shows plugin_unavailable meanwhile; decisions-part2: the work keeps its
+    # plan through retries and restarts.
+    port = free_port()
+    deploy = tmp_path / "deploy"
+    (deploy / "pdf").mkdir(parents=True)
+    shutil.copy(PDF / "contentsvc-plugin.json", deploy / "pdf")
+    config = deploy / "contentsvc.toml"
+    config.write_text(f'[plugins.pdf]\nendpoint = "http://127.0.0.1:{port}"\nversion = "0.1.0"\n'
+                      'manifest = "pdf/contentsvc-plugin.json"\n')
+    url = databases.create()
+    home = tmp_path / "home"
+    env = {"CONTENTSVC_CONFIG": str(config)}
+    server = ServerProcess(url, tmp_path, env, home=home)
+    plugin = None
+    try:
+        client = client_for(server, key_for(url, "org-pdf"))
+        corpus = create_corpus(client, f"pdf-{uuid.uuid4().hex[:8]}")
+        blob = verified_blob(client, FIXTURE.read_bytes(), "application/pdf")
+        r = client.post("/v0/records", json=blob_command(corpus, "later", blob["blob_id"], "application/pdf"))
+        assert r.status_code == 202, r.text
+        receipt_id = r.json()["receipt_id"]
+        deadline = time.time() + 20
+        receipt = {}
+        while time.time() < deadline and not receipt.get("diagnostics"):
+            receipt = client.get(f"/v0/ingestion-receipts/{receipt_id}").json()
+            time.sleep(0.1)
+        assert receipt["state"] == "pending" and receipt["processing"]["state"] == "retrying", receipt
+        [diagnostic] = receipt["diagnostics"]
+        assert diagnostic["code"] == "plugin_unavailable" and diagnostic["retryable"] is True
+        assert diagnostic["plugin"] == "pdf" and str(port) not in diagnostic["message"]  # no address leaks
+        with psycopg.connect(url) as conn:
+            [(plan_id,)] = conn.execute("SELECT plan_id FROM materializer_deferred").fetchall()
+        server.stop()
+
+        plugin = _serve_pdf(port, tmp_path / "pdf.log")
+        server = ServerProcess(url, tmp_path, env, home=home)
+        client = client_for(server, key_for(url, "org-pdf"))
+        receipt = wait_resolved(client, receipt_id, timeout=60)
+        assert receipt["outcome"] == "created" and receipt["diagnostics"] == [], receipt
+        text = "\n".join(p["content"]["text"] for p in version_of(client, receipt)["manifest"]["parts"])
+        assert "Harbour crane inspection" in text
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT count(*) FROM materializer_deferred").fetchone()[0] == 0
+            [(active,)] = conn.execute("SELECT plan_id FROM plugin_plans ORDER BY created_at DESC LIMIT 1").fetchall()
+        assert active == plan_id  # the work finished under the plan it started with
+    finally:
+        server.stop()
+        if plugin is not None:
+            plugin.terminate()
+            plugin.wait(timeout=10)
+    assert "Traceback" not in server.log_path.read_text(errors="replace")

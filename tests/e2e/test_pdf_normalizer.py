@@ -154,6 +154,22 @@ def test_an_unreachable_normalizer_keeps_the_receipt_pending_across_a_restart(da
         [diagnostic] = receipt["diagnostics"]
         assert diagnostic["code"] == "plugin_unavailable" and diagnostic["retryable"] is True
         assert diagnostic["plugin"] == "pdf" and str(port) not in diagnostic["message"]  # no address leaks
+        # part 1 "Diagnostic" normalization_superseded: a newer revision of a waiting identity settles it
+        r = client.post("/v0/records", json=blob_command(corpus, "overtaken", blob["blob_id"], "application/pdf"))
+        assert r.status_code == 202, r.text
+        overtaken = r.json()["receipt_id"]
+        deadline = time.time() + 20
+        while time.time() < deadline and client.get(f"/v0/ingestion-receipts/{overtaken}").json()[
+                "processing"]["state"] != "retrying":
+            time.sleep(0.1)
+        newer = client.post("/v0/records", json={"idempotency_key": uuid.uuid4().hex,
+                                                 "source": {"corpus_id": corpus, "namespace": "uploads",
+                                                            "record_key": "overtaken"},
+                                                 "content": {"kind": "text", "text": "typed out instead"}})
+        assert newer.status_code == 202, newer.text
+        first = wait_resolved(client, overtaken)
+        assert [d["code"] for d in first["diagnostics"]] == ["normalization_superseded"], first
+        assert wait_resolved(client, newer.json()["receipt_id"])["diagnostics"] == []
         with psycopg.connect(url) as conn:
             [(plan_id,)] = conn.execute("SELECT plan_id FROM materializer_deferred").fetchall()
         server.stop()

@@ -277,9 +277,19 @@ class MaterializerProjector(TableFold):
         """Try the deferred Receipts that are due, in journal order, under the checkpoint's lock
         (a replay does not interleave). True when more are due."""
         async with journal_transaction(conn):
+            # Due, or stopped by a rollback (part 2: `pinned_work` "stop" quarantines a Version
+            # waiting for text from the registration the rollback left): the latter at once.
             cur = await conn.execute(
-                "SELECT receipt_id, position, plan_id, registration_id, attempts, budget_spent"
-                " FROM materializer_deferred WHERE next_attempt_at <= now() ORDER BY position LIMIT %s",
+                "SELECT d.receipt_id, d.position, d.plan_id, d.registration_id, d.attempts, d.budget_spent,"
+                "       stop.plan_id"
+                " FROM materializer_deferred d"
+                " JOIN plugin_plans started ON started.plan_id = d.plan_id"
+                " LEFT JOIN LATERAL (SELECT q.plan_id FROM plugin_plans q WHERE q.pinned_work = 'stop'"
+                "   AND q.created_at > started.created_at"
+                "   AND NOT q.roles @> jsonb_build_array(jsonb_build_object('registration_id', d.registration_id))"
+                "   ORDER BY q.created_at LIMIT 1) stop ON true"
+                " WHERE d.next_attempt_at <= now() OR stop.plan_id IS NOT NULL"
+                " ORDER BY d.position LIMIT %s",
                 (DEFERRED_BATCH + 1,))
             due = await cur.fetchall()
             if not due:
@@ -287,10 +297,19 @@ class MaterializerProjector(TableFold):
             await checkpoints.position(conn, self.name, for_update=True)
             await self._refresh_plan(conn)
             out: list[NewEvent] = []
-            for receipt_id, position, plan_id, registration_id, attempts, budget_spent in due[:DEFERRED_BATCH]:
+            for receipt_id, position, plan_id, registration_id, attempts, budget_spent, stop in due[:DEFERRED_BATCH]:
                 e = await self._accepted_at(conn, position)
                 key = _key(e)
                 identities = await self._load(conn, {key})
+                if stop is not None:
+                    out.extend(await self._ingest(e, identities, key, False, stopped={
+                        "code": "pinned_plan_stopped", "retryable": False, "contribution": "normalizer",
+                        "message": f"Rollback plan {stop} stopped the work pinned to plan {plan_id} "
+                                   f"(registration {registration_id}) before the normalizer answered."}))
+                    await conn.execute("DELETE FROM materializer_deferred WHERE receipt_id = %s", (receipt_id,))
+                    if key in identities:
+                        await self._save(conn, {key: identities[key]})
+                    continue
                 if registration_id not in self._pinned:
                     found = await load_provider(conn, self.settings, registration_id)
                     if found is not None:
@@ -310,7 +329,7 @@ class MaterializerProjector(TableFold):
     # ------------------------------------------------------------ ingest
 
     async def _ingest(self, e: JournalEvent, identities: dict, key: tuple, superseded: bool,
-                      pin: Pin | None = None) -> list[NewEvent]:
+                      pin: Pin | None = None, stopped: dict[str, Any] | None = None) -> list[NewEvent]:
         p = e.payload
         state = identities.get(key)
         receipt_id = p.receipt_id
@@ -319,8 +338,9 @@ class MaterializerProjector(TableFold):
             return [self._resolved(common, "conflict", state.record_id, None, [RECORD_WITHDRAWN_DIAGNOSTIC])]
         record_id = state.record_id if state else new_id("rec")
         version_id = new_id("ver")
-        if superseded:  # the normalizer is not invoked: the manifest stays as accepted
-            manifest, diagnostics = build_manifest(p.content, p.title), [NORMALIZATION_SUPERSEDED_DIAGNOSTIC]
+        if superseded or stopped:  # the normalizer is not invoked: the manifest stays as accepted
+            manifest = build_manifest(p.content, p.title)
+            diagnostics = [stopped or NORMALIZATION_SUPERSEDED_DIAGNOSTIC]
         else:
             manifest, diagnostics = await self._normalize(e, record_id, version_id, pin)
         digest = manifest_digest(manifest)

@@ -191,3 +191,54 @@ def test_an_unreachable_normalizer_keeps_the_receipt_pending_across_a_restart(da
             plugin.terminate()
             plugin.wait(timeout=10)
     assert "Traceback" not in server.log_path.read_text(errors="replace")
+
+
+def test_a_rollback_with_stop_quarantines_a_version_waiting_for_the_version_left(databases, tmp_path):
+    # part 2 "Plugin administration": with pinned_work "stop", a Version waiting for text from the
+    # version the rollback left is quarantined with pinned_plan_stopped; decisions-part2: the work
+    # counts as pinned_work of that registration meanwhile.
+    from tests.e2e.test_plugin_admin import operator_key, registration, wait_state
+    from tests.integration.plugin_processes import PluginProcess
+
+    url = databases.create()
+    server = ServerProcess(url, tmp_path)
+    first, second = PluginProcess("pdf", tmp_path), PluginProcess("pdf", tmp_path)
+    try:
+        admin = client_for(server, operator_key(url))
+        ids = []
+        for n, plugin in enumerate((first, second)):
+            r = admin.post("/v0/admin/plugins", json=registration(plugin, PDF, f"pdf-{n}"))
+            assert r.status_code == 202, r.text
+            ids.append(wait_state(admin, r.json()["registration_id"], ("validated", "rejected"))["registration_id"])
+        for n, rid in enumerate(ids):
+            r = admin.post(f"/v0/admin/plugins/{rid}/activate", json={"idempotency_key": f"act-{n}"})
+            assert r.status_code == 200, r.text
+        second.stop()  # the active version stops answering: the Receipt waits, pinned to its plan
+
+        client = client_for(server, key_for(url, "org-pdf"))
+        corpus = create_corpus(client, f"pdf-{uuid.uuid4().hex[:8]}")
+        blob = verified_blob(client, FIXTURE.read_bytes(), "application/pdf")
+        r = client.post("/v0/records", json=blob_command(corpus, "stopped", blob["blob_id"], "application/pdf"))
+        assert r.status_code == 202, r.text
+        receipt_id = r.json()["receipt_id"]
+        deadline = time.time() + 20
+        while time.time() < deadline and client.get(f"/v0/ingestion-receipts/{receipt_id}").json()[
+                "processing"]["state"] != "retrying":
+            time.sleep(0.1)
+        r = admin.post("/v0/admin/plugins/plan/rollback", json={"idempotency_key": "rb", "pinned_work": "stop"})
+        assert r.status_code == 200, r.text
+        receipt = wait_resolved(client, receipt_id)
+        assert receipt["outcome"] == "created" and receipt["availability"]["state"] == "quarantined", receipt
+        assert [d["code"] for d in receipt["diagnostics"]] == ["pinned_plan_stopped"]
+        # nothing is pinned any more: the registration the rollback left can drain to inactive
+        deadline = time.time() + 20
+        detail = {}
+        while time.time() < deadline and detail.get("state") != "inactive":
+            detail = admin.get(f"/v0/admin/plugins/{ids[1]}").json()
+            time.sleep(0.2)
+        assert detail["state"] == "inactive" and detail["pinned_work"] == 0, detail
+    finally:
+        server.stop()
+        first.stop()
+        second.stop()
+    assert "Traceback" not in server.log_path.read_text(errors="replace")

@@ -186,7 +186,7 @@ def cmd_run(args, settings: Settings, config_file: Path | None) -> int:
             with _owned_embedded(settings) as server:
                 url = _database_url(settings, process="supervisor")
                 _seed_plugins(url, settings, getattr(args, "pinned_plugins", {}))
-                return run_all(url, host, port, config_file, embedded_server=server)
+                return run_all(url, host, port, config_file, embedded_server=server, plugins=settings.plugins)
     except HomeInUse as exc:
         return _refuse_busy(exc, "home_in_use", home=str(exc.home), pid=exc.pid)
     except PortInUse as exc:

@@ -24,10 +24,12 @@ from contentsvc.domain.ingest import (
     withdrawal_accepted,
 )
 from contentsvc.domain.models import IngestCommand, WithdrawalCommand
+from contentsvc.domain.normalize import text_route_refusal
 from contentsvc.ids import new_id
 from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
+from contentsvc.plugins import registry
 from contentsvc.readmodel.corpora import existing_corpora
 from contentsvc.readmodel.fold import fold
 from contentsvc.readmodel.uploads import verified_blobs
@@ -51,6 +53,19 @@ def require_blob_read(p: Principal, cmd: IngestCommand) -> None:
                        " needs (besides content:write).", field=f"{references[0][0]}/blob_id")
 
 
+async def routed_media_types(conn: AsyncConnection, commands: list[IngestCommand]) -> frozenset[str]:
+    """The media types the active plan routes to a normalizer plugin, read only when a command
+    references a Blob the built-in text path cannot read (the plan is read as committed, so an
+    activation is seen by the next request)."""
+    if not any(text_route_refusal(b.media_type) for c in commands for _, b in blob_references(c)):
+        return frozenset()
+    plan = await registry.active_plan(conn)
+    if plan is None:
+        return frozenset()
+    return frozenset(role.role.removeprefix("normalizer:") for role in plan.roles
+                     if role.role.startswith("normalizer:"))
+
+
 async def accept_source_commands(
     conn: AsyncConnection, p: Principal, commands: list[SourceCommand | ApiError], family: str
 ) -> list[Accepted | ApiError]:
@@ -61,12 +76,13 @@ async def accept_source_commands(
     """
     results: list[Accepted | ApiError | None] = [c if isinstance(c, ApiError) else None for c in commands]
     live = [(i, c) for i, c in enumerate(commands) if not isinstance(c, ApiError)]
+    routed = await routed_media_types(conn, [c for _, c in live if isinstance(c, IngestCommand)])
     for i, cmd in live:
         try:
             p.require_corpus(cmd.source.corpus_id)
             if isinstance(cmd, IngestCommand):
                 require_blob_read(p, cmd)
-                check_ingest(cmd)
+                check_ingest(cmd, routed)
         except ApiError as exc:
             results[i] = exc
     live = [(i, c) for i, c in live if results[i] is None]

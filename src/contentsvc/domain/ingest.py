@@ -21,8 +21,9 @@ from contentsvc.journal import events as ev
 from contentsvc.journal.events import NewEvent
 
 
-def check_ingest(cmd: IngestCommand) -> None:
-    """Rules that the Struct types cannot state; raises 422 with a pointer."""
+def check_ingest(cmd: IngestCommand, routed: frozenset[str] = frozenset()) -> None:
+    """Rules that the Struct types cannot state; raises 422 with a pointer. `routed`: the media
+    types the active plan sends to a normalizer plugin (besides the built-in text path's text/*)."""
     if isinstance(cmd.content, ManifestContent):
         seen: set[str] = set()
         for i, part in enumerate(cmd.content.parts):
@@ -39,9 +40,16 @@ def check_ingest(cmd: IngestCommand) -> None:
                            field="/title")
     check_extensions(cmd.extensions, "/extensions")
     for pointer, blob in blob_references(cmd):
+        if base_media_type(blob.media_type) in routed:
+            continue
         refusal = text_route_refusal(blob.media_type)
         if refusal is not None:
             raise ApiError(422, "unsupported_media_type", refusal, field=f"{pointer}/media_type")
+
+
+def base_media_type(media_type: str) -> str:
+    """The media type without parameters, lowercase: what a `normalizer:<media type>` role names."""
+    return media_type.split(";", 1)[0].strip().lower()
 
 
 def blob_references(cmd: IngestCommand) -> list[tuple[str, BlobContent]]:

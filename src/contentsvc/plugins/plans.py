@@ -44,6 +44,20 @@ class PlanSnapshot:
     providers: dict[str, Provider]  # role -> provider
 
 
+async def load_provider(conn: AsyncConnection, settings: Settings, registration_id: str) -> Provider | None:
+    """How to call one registration, whatever plan holds it: pinned work keeps calling the
+    registration of the plan it started under, active or not."""
+    found = await registry.registration(conn, registration_id)
+    if found is None:
+        return None
+    pinned = parse_manifest(found.manifest.encode("utf-8"))
+    return Provider(
+        registration_id=registration_id, plugin_id=found.plugin_id, version=found.version,
+        target=PluginTarget(found.plugin_id, found.version, found.manifest_digest, found.endpoint,
+                            store.read_token(settings, registration_id) if found.has_token else None),
+        manifest=pinned.manifest, settings=installed_settings(pinned.manifest, found.settings))
+
+
 class ActivePlan:
     """The active plan, as of the last refresh. Reads never touch the database."""
 
@@ -74,13 +88,7 @@ class ActivePlan:
         for role in plan.roles:
             rid = role.registration_id
             if rid not in loaded:
-                found = await registry.registration(conn, rid)
-                pinned = parse_manifest(found.manifest.encode("utf-8"))
-                loaded[rid] = Provider(
-                    registration_id=rid, plugin_id=found.plugin_id, version=found.version,
-                    target=PluginTarget(found.plugin_id, found.version, found.manifest_digest, found.endpoint,
-                                        store.read_token(self.settings, rid) if found.has_token else None),
-                    manifest=pinned.manifest, settings=installed_settings(pinned.manifest, found.settings))
+                loaded[rid] = await load_provider(conn, self.settings, rid)
             providers[role.role] = loaded[rid]
         self._snapshot = PlanSnapshot(plan.plan_id, providers)
         log.info("plugin_plan_loaded", plan_id=plan.plan_id)

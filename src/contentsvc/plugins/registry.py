@@ -154,10 +154,12 @@ async def registrations(conn: AsyncConnection, where: str = "TRUE", params: tupl
 async def pinned_work(conn: AsyncConnection, registration_id: str) -> int:
     """Unfinished work pinned to a plan that names the registration while that plan is not active
     (decisions-part2): receipt processing, connector runs, rebuilds and backfills record the plan
-    they started under. Nothing records a plan_id yet, so nothing is pinned; this is the one place
-    to count such work when it does (each kind's table, where plan_id names a plan holding this
-    registration and the work has not finished)."""
-    return 0
+    they started under. Receipt processing waiting for a normalizer records its plan and
+    registration (materializer_deferred); other kinds of work add their tables here."""
+    active = await active_plan(conn)
+    cur = await conn.execute("SELECT count(*) FROM materializer_deferred WHERE registration_id = %s"
+                             " AND plan_id IS DISTINCT FROM %s", (registration_id, active.plan_id if active else None))
+    return (await cur.fetchone())[0]
 
 
 # ---------------------------------------------------------------- plans

@@ -4,7 +4,10 @@ Each child is the same command a container runs (`serve`, `projector run
 NAME`, `worker run NAME`); a child that dies is restarted with backoff, and
 so is the embedded PostgreSQL when this process started it. An API that
 cannot bind its port is not restarted: the whole run stops with EXIT_BUSY.
-SIGTERM or SIGINT stops every child (each also gets SIGTERM if this process
+A `[plugins.X]` pin with `launch = "NAME"` adds one more child, `plugin serve
+NAME --port <endpoint port>`, given the pin's token as CONTENTSVC_PLUGIN_TOKEN
+(decisions-part2, "Startup configuration"): only this supervisor starts
+plugins, never `serve` or a projector. SIGTERM or SIGINT stops every child (each also gets SIGTERM if this process
 dies first, by the kernel's parent-death signal).
 """
 
@@ -17,10 +20,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
-from contentsvc.config.environment import CONFIG_VARIABLE, child_environment
+from contentsvc.config.environment import CONFIG_VARIABLE, PLUGIN_TOKEN_VARIABLE, child_environment
 from contentsvc.logging import get_logger
 from contentsvc.processes.listener import EXIT_BUSY
 from contentsvc.processes.registry import API, PROCESSES, ProcessKind
@@ -86,13 +90,35 @@ class _PostgresWatch:
         self.next_try = time.monotonic() + POSTGRES_RETRY_SECONDS
 
 
+def launched_plugins(pins: dict, env: dict[str, str]) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """The first-party plugin children of the pins with `launch`: label -> (arguments, environment).
+    The pin's endpoint is loopback http with a port (the configuration checks it), so the plugin
+    listens exactly where the service calls it."""
+    out: dict[str, tuple[list[str], dict[str, str]]] = {}
+    for plugin_id, pin in sorted(pins.items()):
+        if pin.launch is None:
+            continue
+        endpoint = urlsplit(pin.endpoint)
+        args = ["plugin", "serve", pin.launch, "--host", endpoint.hostname or "127.0.0.1",
+                "--port", str(endpoint.port or 80)]
+        child_env = {k: v for k, v in env.items() if k != PLUGIN_TOKEN_VARIABLE}
+        if pin.token:
+            child_env[PLUGIN_TOKEN_VARIABLE] = pin.token
+        out[f"plugin:{plugin_id}"] = (args, child_env)
+    return out
+
+
 def run_all(database_url: str, host: str, port: int, config_file: Path | None = None,
-            embedded_server=None) -> int:
+            embedded_server=None, plugins: dict | None = None) -> int:
     # Every child reads the file this process read (decisions-part2: Startup configuration).
     env = child_environment(CONTENTSVC_DATABASE_URL=database_url,
                             **({CONFIG_VARIABLE: str(config_file)} if config_file else {}))
+    launched = launched_plugins(plugins or {}, env)
     specs = {_label(kind): kind.command + (["--host", host, "--port", str(port)] if kind.role == API else [])
              for kind in PROCESSES}
+    envs = {name: env for name in specs}
+    for name, (args, child_env) in launched.items():
+        specs[name], envs[name] = args, child_env
     stopping = {"signal": None}
 
     def stop(signum, _frame):
@@ -101,7 +127,7 @@ def run_all(database_url: str, host: str, port: int, config_file: Path | None = 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
 
-    children: dict[str, subprocess.Popen | None] = {name: _spawn(args, env) for name, args in specs.items()}
+    children: dict[str, subprocess.Popen | None] = {name: _spawn(args, envs[name]) for name, args in specs.items()}
     restarts = {name: 0 for name in specs}
     started_at = {name: time.monotonic() for name in specs}
     restart_at: dict[str, float] = {}
@@ -124,7 +150,7 @@ def run_all(database_url: str, host: str, port: int, config_file: Path | None = 
         for name, child in list(children.items()):
             if child is None:
                 if now >= restart_at[name]:
-                    children[name] = _spawn(specs[name], env)
+                    children[name] = _spawn(specs[name], envs[name])
                     started_at[name] = now
                 continue
             code = child.poll()

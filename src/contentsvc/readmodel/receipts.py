@@ -7,6 +7,8 @@ from psycopg.rows import dict_row
 
 from contentsvc.auth.principal import Principal
 from contentsvc.domain.models import (
+    Diagnostic,
+    ProcessingSummary,
     Receipt,
     SourceIdentityView,
 )
@@ -17,12 +19,18 @@ from contentsvc.readmodel.processing import (
     version_processing,
 )
 
+# Part 1 "Diagnostic": while a normalizer plugin cannot answer, the pending Receipt says so.
+RETRYING_MATERIALIZATION = ProcessingSummary(state="retrying", phase="materialization")
+
 _RECEIPT_SQL = """
 SELECT r.receipt_id, r.corpus_id, r.namespace, r.record_key, r.state, r.outcome, r.record_id,
        r.version_id, r.diagnostics, v.availability_state, v.searchable, v.enrichment_blocked,
        (NOT v.enriched AND c.vector_spaces <> '[]'::jsonb) AS awaits_vectors,
-       (rec.current_version_id = r.version_id AND NOT rec.withdrawn) AS is_current
+       (rec.current_version_id = r.version_id AND NOT rec.withdrawn) AS is_current,
+       d.last_error AS waiting_for_plugin, pr.plugin_id AS waiting_plugin
 FROM receipts r
+LEFT JOIN materializer_deferred d ON d.receipt_id = r.receipt_id AND r.state = 'pending'
+LEFT JOIN plugin_registrations pr ON pr.registration_id = d.registration_id
 LEFT JOIN versions v ON v.version_id = r.version_id
 LEFT JOIN records rec ON rec.record_id = r.record_id
 LEFT JOIN corpora c ON c.org_id = r.org_id AND c.corpus_id = r.corpus_id
@@ -49,9 +57,17 @@ async def load_receipts(conn: AsyncConnection, p: Principal, receipt_ids: list[s
         may_read = p.may("content:read") and p.covers(r["corpus_id"])
         resolved = r["state"] == "resolved"
         is_current = bool(r["is_current"])
+        waiting = r["waiting_for_plugin"] is not None
         processing = (version_processing(r["availability_state"], bool(r["awaits_vectors"]), is_current,
                                          r["enrichment_blocked"])
-                      if resolved else QUEUED_FOR_MATERIALIZATION)
+                      if resolved else RETRYING_MATERIALIZATION if waiting else QUEUED_FOR_MATERIALIZATION)
+        diagnostics = live_diagnostics(r["diagnostics"], processing, r["enrichment_blocked"]) if may_read else []
+        if waiting and may_read:
+            diagnostics = [Diagnostic(code="plugin_unavailable", retryable=True, plugin=r["waiting_plugin"],
+                                      contribution="normalizer",
+                                      message="The normalizer plugin is unreachable or asked to be retried; "
+                                              "it is called again with backoff and the Receipt resolves once "
+                                              "it answers.")]
         out[r["receipt_id"]] = Receipt(
             receipt_id=r["receipt_id"],
             state=r["state"],
@@ -61,7 +77,7 @@ async def load_receipts(conn: AsyncConnection, p: Principal, receipt_ids: list[s
             availability=availability_view(r["availability_state"], r["searchable"], is_current)
             if may_read
             else None,
-            diagnostics=live_diagnostics(r["diagnostics"], processing, r["enrichment_blocked"]) if may_read else [],
+            diagnostics=diagnostics,
             source=SourceIdentityView(corpus_id=r["corpus_id"], namespace=r["namespace"], record_key=r["record_key"]),
             processing=processing,
         )

@@ -70,6 +70,17 @@ def terminal(code: str, message: str, status: int = 422) -> PluginError:
     return PluginError(status, code, message, retryable=False)
 
 
+def evaluation_batch(request: dict, max_batch_size: int) -> tuple[dict, list, list[dict]]:
+    """A subscription request's record, evaluations and object Parts; refused (terminal) when the
+    record or evaluations are missing or there are more evaluations than the manifest allows."""
+    record, evaluations = request.get("record"), request.get("evaluations")
+    if not isinstance(record, dict) or not isinstance(evaluations, list) or not evaluations:
+        raise terminal("invalid_request", "record and evaluations are required", 400)
+    if len(evaluations) > max_batch_size:
+        raise terminal("invalid_request", f"at most {max_batch_size} evaluations per request", 400)
+    return record, evaluations, [part for part in record.get("parts") or [] if isinstance(part, dict)]
+
+
 Handler = Callable[[dict], dict]
 
 

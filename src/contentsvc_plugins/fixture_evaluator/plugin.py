@@ -13,7 +13,7 @@ from pathlib import Path
 
 from jsonschema import Draft202012Validator
 
-from contentsvc_plugins.server import Plugin, PluginError, terminal
+from contentsvc_plugins.server import Plugin, PluginError, evaluation_batch, terminal
 
 FOLDER = Path(__file__).resolve().parent
 
@@ -32,12 +32,7 @@ class Evaluator:
         self.max_batch_size = max_batch_size
 
     def evaluate(self, request: dict) -> dict:
-        record, evaluations = request.get("record"), request.get("evaluations")
-        if not isinstance(record, dict) or not isinstance(evaluations, list) or not evaluations:
-            raise terminal("invalid_request", "record and evaluations are required", 400)
-        if len(evaluations) > self.max_batch_size:
-            raise terminal("invalid_request", f"at most {self.max_batch_size} evaluations per request", 400)
-        parts = [part for part in record.get("parts") or [] if isinstance(part, dict)]
+        record, evaluations, parts = evaluation_batch(request, self.max_batch_size)
         return {"decisions": [self._decide(n, evaluation, record, parts) for n, evaluation in enumerate(evaluations)]}
 
     def _decide(self, n: int, evaluation: object, record: dict, parts: list[dict]) -> dict:

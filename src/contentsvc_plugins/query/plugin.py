@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator
 
 from contentsvc.search.excerpts import excerpt, query_terms
 from contentsvc.search.lexical_index import ANALYZER, _analyzer
-from contentsvc_plugins.server import Plugin, terminal
+from contentsvc_plugins.server import Plugin, evaluation_batch, terminal
 
 FOLDER = Path(__file__).resolve().parent
 MAX_PART_KEYS = 100  # part 2: evidence part_keys at most 100
@@ -59,13 +59,8 @@ class QueryEvaluator:
         self.max_batch_size = max_batch_size
 
     def evaluate(self, request: dict) -> dict:
-        record, evaluations = request.get("record"), request.get("evaluations")
-        if not isinstance(record, dict) or not isinstance(evaluations, list) or not evaluations:
-            raise terminal("invalid_request", "record and evaluations are required", 400)
-        if len(evaluations) > self.max_batch_size:
-            raise terminal("invalid_request", f"at most {self.max_batch_size} evaluations per request", 400)
-        parts = [part for part in record.get("parts") or []
-                 if isinstance(part, dict) and isinstance(part.get("key"), str) and isinstance(part.get("text"), str)]
+        _, evaluations, parts = evaluation_batch(request, self.max_batch_size)
+        parts = [part for part in parts if isinstance(part.get("key"), str) and isinstance(part.get("text"), str)]
         return {"decisions": [self._decide(n, evaluation, parts) for n, evaluation in enumerate(evaluations)]}
 
     def _decide(self, n: int, evaluation: object, parts: list[dict]) -> dict:

@@ -34,6 +34,14 @@ def _stop_on_signals() -> None:
     signal.signal(signal.SIGINT, _raise_stopped)
 
 
+def _leave_signals_to_uvicorn() -> None:
+    # uvicorn catches SIGTERM/SIGINT while it serves, shuts down gracefully, then raises the signal
+    # again; that (or a second signal, sent to the whole process group) must not raise Stopped inside
+    # its closing event loop. Returning from its run() is the stop, and the `finally`s still run.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _database_url(settings: Settings, migrate: bool = True, process: str | None = None) -> str:
     """The database's URL, migrated. A long-running `process` started during an outage
     first waits it out (one database_unavailable line) instead of exiting with a traceback."""
@@ -144,6 +152,7 @@ def cmd_serve(args, settings: Settings) -> int:
             config = uvicorn.Config(create_app(settings, url, settings.public_base_url(host, port)),
                                     log_config=None, log_level="warning",
                                     access_log=False, timeout_graceful_shutdown=2)
+            _leave_signals_to_uvicorn()
             uvicorn.Server(config).run(sockets=[listener])
     except HomeInUse as exc:
         return _refuse_busy(exc, "home_in_use", home=str(exc.home), pid=exc.pid)

@@ -57,7 +57,6 @@ the Record's serving text stays a duplicate.
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -174,7 +173,6 @@ class MaterializerProjector(TableFold):
         self.settings = settings or Settings(home=blob_root.parent)
         self._blob_store: BlobStore | None = None
         self.plan = ActivePlan(self.settings)
-        self._plan_due = 0.0  # monotonic time of the next plan refresh: at once
         self._clients: dict[str, PluginClient] = {}  # registration_id -> its client (discovery state shared)
         self._pinned: dict[str, Provider] = {}  # registration_id -> how to call it, for deferred work
 
@@ -188,11 +186,6 @@ class MaterializerProjector(TableFold):
             self._blob_store = FilesystemBlobStore(self.blob_root)
         return self._blob_store
 
-    async def _refresh_plan(self, conn: AsyncConnection) -> None:
-        if time.monotonic() >= self._plan_due:
-            await self.plan.refresh(conn)
-            self._plan_due = time.monotonic() + self.settings.plugin_plan_poll
-
     async def step(self, conn: AsyncConnection) -> bool:
         more = await super().step(conn)
         return await self._retry_deferred(conn) or more
@@ -201,7 +194,7 @@ class MaterializerProjector(TableFold):
         commands = [e for e in events if e.kind in (ev.INGEST_ACCEPTED, ev.WITHDRAWAL_ACCEPTED)]
         if not commands:
             return
-        await self._refresh_plan(conn)
+        await self.plan.refresh_if_due(conn)
         keys = {_key(e) for e in commands}
         identities = await self._load(conn, keys)
         superseded = _superseded(commands)
@@ -295,7 +288,7 @@ class MaterializerProjector(TableFold):
             if not due:
                 return False
             await checkpoints.position(conn, self.name, for_update=True)
-            await self._refresh_plan(conn)
+            await self.plan.refresh_if_due(conn)
             out: list[NewEvent] = []
             for receipt_id, position, plan_id, registration_id, attempts, budget_spent, stop in due[:DEFERRED_BATCH]:
                 e = await self._accepted_at(conn, position)

@@ -2,7 +2,7 @@
 `plugin_plan_poll` (part 2: a polling interval, not a completion guarantee).
 
     plan = ActivePlan(settings)
-    task = asyncio.create_task(plan.poll(pool))      # or: await plan.refresh(conn) yourself
+    await plan.refresh_if_due(conn)                    # before using it, as often as you like
     provider = plan.normalizer_for("application/pdf")  # None: the built-in path
     if provider is not None:
         async with PluginClient(provider.target) as client: ...
@@ -14,7 +14,7 @@ A provider carries what calling the plugin needs: the registration, its pinned c
 
 from __future__ import annotations
 
-import asyncio
+import time
 from dataclasses import dataclass
 
 from psycopg import AsyncConnection
@@ -64,6 +64,7 @@ class ActivePlan:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._snapshot = PlanSnapshot(None, {})
+        self._due = 0.0  # monotonic time of the next read of the registry: at once
 
     @property
     def plan_id(self) -> str | None:
@@ -75,6 +76,12 @@ class ActivePlan:
     def normalizer_for(self, media_type: str) -> Provider | None:
         """The normalizer serving `media_type`, or None (the built-in text path)."""
         return self.provider(f"normalizer:{media_type}")
+
+    async def refresh_if_due(self, conn: AsyncConnection) -> None:
+        """Reads the registry at most once per `plugin_plan_poll`; cheap to call before every use."""
+        if time.monotonic() >= self._due:
+            await self.refresh(conn)
+            self._due = time.monotonic() + self.settings.plugin_plan_poll
 
     async def refresh(self, conn: AsyncConnection) -> None:
         plan = await registry.active_plan(conn)
@@ -92,15 +99,3 @@ class ActivePlan:
             providers[role.role] = loaded[rid]
         self._snapshot = PlanSnapshot(plan.plan_id, providers)
         log.info("plugin_plan_loaded", plan_id=plan.plan_id)
-
-    async def poll(self, pool) -> None:
-        """Refresh every `plugin_plan_poll` seconds until cancelled; a failed read keeps the plan held."""
-        while True:
-            try:
-                async with pool.connection() as conn:
-                    await self.refresh(conn)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the database is away: keep serving with the plan held
-                log.debug("plugin_plan_refresh_failed", error=type(exc).__name__)
-            await asyncio.sleep(self.settings.plugin_plan_poll)

@@ -8,8 +8,10 @@ import hashlib
 import socket
 import threading
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+
+from tests.integration.loopback_server import LoopbackServer
 
 FEEDS = Path(__file__).resolve().parents[1] / "fixtures" / "feeds"
 FIXTURE_PORT = 8193  # the port the shipped rss fixtures name
@@ -17,28 +19,15 @@ LAST_MODIFIED = formatdate(1772524800, usegmt=True)  # fixed: the files' content
 CONTENT_TYPES = {".rss": "application/rss+xml", ".atom": "application/atom+xml", ".json": "application/feed+json"}
 
 
-class FeedServer:
+class FeedServer(LoopbackServer):
+    fixture_port = FIXTURE_PORT
+
     def __init__(self, port: int = 0):
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.overrides: dict[str, bytes] = {}  # path -> body, to change a feed between fetches
         self.expected_authorization: str | None = None
         handler = type("Handler", (_Handler,), {"server_state": self})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
-        self.port = self.httpd.server_address[1]
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    @classmethod
-    def on_fixture_port_or_any(cls) -> FeedServer:
-        try:
-            return cls(FIXTURE_PORT)
-        except OSError:
-            return cls(0)
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._listen(port, handler)
 
 
 class _Handler(BaseHTTPRequestHandler):

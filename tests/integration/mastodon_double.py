@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
+
+from tests.integration.loopback_server import LoopbackServer
 
 TOKEN = "fixture-social-token-1"  # the shipped social_list fixture's token
 FIXTURE_PORT = 8196  # the port the shipped social_list fixture names
@@ -21,27 +23,15 @@ def status(n: int, *, edited: bool = False, spoiler: str = "", content: str | No
             "content": content if content is not None else f"<p>Harbour notice <b>{n}</b></p>", "reblog": None}
 
 
-class MastodonDouble:
+class MastodonDouble(LoopbackServer):
+    fixture_port = FIXTURE_PORT
+
     def __init__(self, port: int = 0, statuses: int = 45):
         self.lists: dict[str, list[dict]] = {LIST_ID: [status(n) for n in range(1, statuses + 1)]}
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.fail_with: int | None = None  # answer every request with this status (Retry-After 9)
         handler = type("Handler", (_Handler,), {"double": self})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
-        self.port = self.httpd.server_address[1]
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    @classmethod
-    def on_fixture_port_or_any(cls) -> MastodonDouble:
-        try:
-            return cls(FIXTURE_PORT)
-        except OSError:
-            return cls(0)
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._listen(port, handler)
 
 
 class _Handler(BaseHTTPRequestHandler):

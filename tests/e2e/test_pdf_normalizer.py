@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import httpx
 import psycopg
@@ -41,15 +42,21 @@ def _ingest(client: httpx.Client, corpus: str, key: str, blob_id: str) -> dict:
     return wait_resolved(client, r.json()["receipt_id"], timeout=60)
 
 
-def test_a_launched_pdf_normalizer_turns_a_pdf_blob_into_searchable_pages(databases, tmp_path):
-    port = free_port()
+def _pin_pdf(tmp_path, port: int, extra: str = "") -> Path:
+    """A deployment folder whose contentsvc.toml pins the first-party pdf plugin at `port`
+    (its manifest copied beside it); `extra` adds keys to the pin. Returns the file."""
     deploy = tmp_path / "deploy"
     (deploy / "pdf").mkdir(parents=True)
     shutil.copy(PDF / "contentsvc-plugin.json", deploy / "pdf")
     config = deploy / "contentsvc.toml"
     config.write_text(f'[plugins.pdf]\nendpoint = "http://127.0.0.1:{port}"\nversion = "0.1.0"\n'
-                      f'manifest = "pdf/contentsvc-plugin.json"\ntoken = "pdf-token-{uuid.uuid4().hex}"\n'
-                      'launch = "pdf"\n')
+                      f'manifest = "pdf/contentsvc-plugin.json"\n{extra}')
+    return config
+
+
+def test_a_launched_pdf_normalizer_turns_a_pdf_blob_into_searchable_pages(databases, tmp_path):
+    port = free_port()
+    config = _pin_pdf(tmp_path, port, f'token = "pdf-token-{uuid.uuid4().hex}"\nlaunch = "pdf"\n')
     url = databases.create()
     server = ServerProcess(url, tmp_path, {"CONTENTSVC_CONFIG": str(config)})
     try:
@@ -127,12 +134,7 @@ def test_an_unreachable_normalizer_keeps_the_receipt_pending_across_a_restart(da
     # Version, and the Receipt shows plugin_unavailable meanwhile; decisions-part2: the work keeps its
     # plan through retries and restarts.
     port = free_port()
-    deploy = tmp_path / "deploy"
-    (deploy / "pdf").mkdir(parents=True)
-    shutil.copy(PDF / "contentsvc-plugin.json", deploy / "pdf")
-    config = deploy / "contentsvc.toml"
-    config.write_text(f'[plugins.pdf]\nendpoint = "http://127.0.0.1:{port}"\nversion = "0.1.0"\n'
-                      'manifest = "pdf/contentsvc-plugin.json"\n')
+    config = _pin_pdf(tmp_path, port)
     url = databases.create()
     home = tmp_path / "home"
     env = {"CONTENTSVC_CONFIG": str(config)}

@@ -114,7 +114,7 @@ class OutageLog:
         if self.since is not None:
             return False
         self.since = time.monotonic()
-        log.warning("database_unavailable", error=type(exc).__name__,
+        log.warning("database_unavailable", process=self.process, error=type(exc).__name__,
                     detail=str(exc).strip().splitlines()[0][:200] if str(exc).strip() else None)
         return True
 
@@ -122,7 +122,7 @@ class OutageLog:
         """Notes a success; True when it ends an outage."""
         if self.since is None:
             return False
-        log.info("database_available", outage_s=round(time.monotonic() - self.since, 1))
+        log.info("database_available", process=self.process, outage_s=round(time.monotonic() - self.since, 1))
         self.since = None
         return True
 

@@ -63,6 +63,11 @@ class Projector(ABC):
         """Fold the next batch (the connection is outside any transaction); True when more
         work is waiting, so the runner comes back at once instead of waiting for a commit."""
 
+    def idle_poll_seconds(self) -> float | None:
+        """How soon the runner should step again without a commit, when sooner than its poll:
+        for work of its own that ends without a journal commit. None: the runner's poll."""
+        return None
+
 
 class PeriodicWorker(Projector):
     """A worker that reads no journal: `run_once` at start, then every `interval_seconds`.

@@ -21,26 +21,22 @@ manifest. What is decided goes into the events appended in the batch's
 transaction, so a crash before the commit decides again from scratch.
 
 A Blob whose media type the active plan routes to a normalizer plugin is sent
-to it instead (part 2, normalizer request: the Blob by `file://` reference,
-its verified SHA-256 and size, an idempotency key stable across retries, an
-invocation id per attempt); its answer becomes the Version's Parts, held to
-the normalizer response rules. The answer is journaled as the Version's
-manifest in record.accepted, so a replay never calls the plugin again. A
-terminal error quarantines the Version with `normalizer_failed`, an answer
-breaking the rules with `normalizer_invalid_output`, each diagnostic naming
-plugin, contribution and invocation. A plugin that cannot answer now
-(unreachable, or a retryable error) defers the Receipt: a row in
-materializer_deferred, written with the checkpoint, records the plan and
-registration it started under (pinned work) and when to try again (backoff
-1, 2, 4 ... 60 s); the rest of the journal moves on meanwhile. Retryable
-errors and timeouts spend the manifest's retry budget (`max_attempts`,
-capped at 5), then quarantine (`normalizer_retries_exhausted`,
-`normalizer_timeout`); an unreachable plugin of the active plan is retried
-for as long as it takes, one of a plan no longer active up to
-`pinned_plugin_attempts` (`pinned_plugin_unavailable`). A newer command of
-the same identity settles a deferred revision first: a newer ingest
-supersedes it (`normalization_superseded`), a withdrawal makes it a
-conflict (`record_withdrawn`), as if the two had been in one batch.
+to it instead (part 2, normalizer request), but never from inside a
+transaction: the Version first waits, as a row of materializer_deferred
+written with the checkpoint, that records the plan and registration it
+started under (pinned work), the Record and Version ids its requests carry,
+and when to try (at once). Attempts run as tasks beside the fold, so a slow
+plugin holds neither a transaction nor any other Version; each finished
+attempt is settled in a transaction of its own under the checkpoint's lock
+(projectors/normalizer_calls.py has the rules: published, quarantined with a
+diagnostic naming plugin, contribution and invocation, or waiting again
+with backoff 1, 2, 4 ... 60 s). The answer is journaled as the Version's
+manifest in record.accepted, so a replay never calls the plugin again, and
+a crash mid-call leaves the row, so the Version is attempted again and
+published once. A newer command of the same identity settles a waiting
+revision first: a newer ingest supersedes it (`normalization_superseded`),
+a withdrawal makes it a conflict (`record_withdrawn`), as if the two had
+been in one batch.
 
 Currentness is not decided here: a new Version reads `is_current: false`
 until the lexical projector publishes it `retrieval_ready` (part 1, "States
@@ -56,6 +52,7 @@ the Record's serving text stays a duplicate.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -64,22 +61,34 @@ from typing import Any
 
 from contentsvc.projectors import currentness
 from contentsvc.projectors.base import TableFold
+from contentsvc.projectors.normalizer_calls import (
+    NotNow,
+    Pin,
+    Publish,
+    Quarantine,
+    RoutedPart,
+    Wait,
+    attempt,
+    diagnostic,
+    normalizer_request,
+    settle,
+)
 from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
 
 from contentsvc.config import MAX_TEXT_BLOB_BYTES, Settings
 from contentsvc.journal import checkpoints
 from contentsvc.journal.store import read_after
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
-from contentsvc.plugins.client import PluginClient, PluginFailed, PluginUnreachable, random_backoff_delay
-from contentsvc.plugins.contract_check.normalizer import normalizer_response_schema
-from contentsvc.plugins.plans import ActivePlan, Provider, load_provider
+from contentsvc.plugins import registry
+from contentsvc.plugins.client import PluginClient, random_backoff_delay
+from contentsvc.plugins.plans import ActivePlan, PlanSnapshot, Provider, load_plan
 from contentsvc.domain.normalize import (
     TextPathError,
     blob_text,
     build_manifest,
     manifest_digest,
-    nfc,
     text_route_refusal,
 )
 from contentsvc.ids import new_id
@@ -90,8 +99,8 @@ from contentsvc.storage.blobstore import BlobStore, FilesystemBlobStore, read_ch
 
 log = get_logger("contentsvc.projectors.materializer")
 
-MAX_NORMALIZER_ATTEMPTS = 5  # part 1: the manifest's retry.max_attempts, capped at 5
-DEFERRED_BATCH = 20  # deferred Receipts retried per step; the journal's batches go between
+MAX_CALLS_IN_FLIGHT = 16  # attempts at waiting Versions running at once beside the fold
+IN_FLIGHT_POLL_SECONDS = 0.05  # how soon the runner looks again while attempts are in flight
 
 NORMALIZATION_SUPERSEDED_DIAGNOSTIC = {
     "code": "normalization_superseded",
@@ -123,30 +132,29 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
-@dataclass(frozen=True)
-class Pin:
-    """Receipt processing waiting for a normalizer plugin: the plan and registration it started
-    under (decisions-part2: pinned work keeps them through retries and restarts) and the attempts
-    spent, by kind."""
-
-    plan_id: str
-    registration_id: str
-    attempts: int = 0  # every attempt that did not answer
-    budget_spent: int = 0  # attempts answered with a retryable error or timed out (the manifest's budget)
-
-
 class Deferred(Exception):
-    """The normalizer cannot answer now: the Receipt waits and is tried again."""
+    """The Version waits for a normalizer plugin: for its first attempt (`answers` empty, due at
+    once), or for another one."""
 
-    def __init__(self, pin: Pin, cause: str) -> None:
+    def __init__(self, pin: Pin, cause: str, answers: dict[str, Any] | None = None, first: bool = False) -> None:
         super().__init__(cause)
         self.pin = pin
         self.cause = cause
+        self.answers = answers or {}
+        self.first = first
+        self.ids: tuple[str, str] | None = None  # (record_id, version_id), set by _ingest
 
 
-def _invocation_diagnostic(code: str, message: str, provider: Provider, invocation_id: str) -> dict[str, Any]:
-    return {"code": code, "message": message, "retryable": False, "plugin": provider.plugin_id,
-            "contribution": "normalizer", "invocation_id": invocation_id}
+@dataclass
+class Call:
+    """One attempt at a waiting Version, running as a task beside the fold."""
+
+    event: JournalEvent
+    pin: Pin
+    ids: tuple[str, str]
+    routed: list[RoutedPart]
+    recorded: dict[str, Any]
+    task: asyncio.Task
 
 
 def _superseded(commands: list[JournalEvent]) -> set[int]:
@@ -165,6 +173,11 @@ def _superseded(commands: list[JournalEvent]) -> set[int]:
     return out
 
 
+def _blob_parts(e: JournalEvent) -> list[dict[str, Any]]:
+    return [part["content"] for part in build_manifest(e.payload.content, e.payload.title)["parts"]
+            if part["content"]["kind"] == "blob"]
+
+
 class MaterializerProjector(TableFold):
     name = "materializer"
 
@@ -174,7 +187,8 @@ class MaterializerProjector(TableFold):
         self._blob_store: BlobStore | None = None
         self.plan = ActivePlan(self.settings)
         self._clients: dict[str, PluginClient] = {}  # registration_id -> its client (discovery state shared)
-        self._pinned: dict[str, Provider] = {}  # registration_id -> how to call it, for deferred work
+        self._plans: dict[str, PlanSnapshot | None] = {}  # plan_id -> the plan pinned work calls through
+        self._calls: dict[str, Call] = {}  # receipt_id -> its attempt in flight
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "MaterializerProjector":
@@ -186,9 +200,14 @@ class MaterializerProjector(TableFold):
             self._blob_store = FilesystemBlobStore(self.blob_root)
         return self._blob_store
 
+    def idle_poll_seconds(self) -> float | None:
+        # Attempts in flight end without a journal commit to wake the runner: look again soon.
+        return IN_FLIGHT_POLL_SECONDS if self._calls else None
+
     async def step(self, conn: AsyncConnection) -> bool:
         more = await super().step(conn)
-        return await self._retry_deferred(conn) or more
+        more = await self._settle_calls(conn) or more
+        return await self._start_calls(conn) or more
 
     async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
         commands = [e for e in events if e.kind in (ev.INGEST_ACCEPTED, ev.WITHDRAWAL_ACCEPTED)]
@@ -207,7 +226,6 @@ class MaterializerProjector(TableFold):
             earlier = waiting.pop(key, None)
             if earlier is not None:
                 out.extend(await self._settle_overtaken(conn, earlier, e, identities, key))
-                touched.add(key)
             if e.kind == ev.INGEST_ACCEPTED:
                 try:
                     out.extend(await self._ingest(e, identities, key, e.position in superseded))
@@ -216,11 +234,10 @@ class MaterializerProjector(TableFold):
             else:
                 out.extend(self._withdraw(e, identities, key))
             touched.add(key)
-        # A deferred revision of a new identity leaves no identity behind yet.
         await self._save(conn, {k: identities[k] for k in touched if k in identities})
         await append(conn, out)
 
-    # ------------------------------------------------------------ deferred Receipts
+    # ------------------------------------------------------------ waiting Versions
 
     async def _deferred_of(self, conn: AsyncConnection, keys: set[tuple]) -> dict[tuple, tuple[str, int]]:
         """identity -> (receipt_id, position) of its deferred revision (at most one: a newer settles it)."""
@@ -252,96 +269,192 @@ class MaterializerProjector(TableFold):
 
     async def _defer(self, conn: AsyncConnection, e: JournalEvent, key: tuple, wait: Deferred) -> None:
         pin = wait.pin
-        delay = random_backoff_delay(pin.attempts)
-        log.warning("normalization_deferred", receipt_id=e.payload.receipt_id, plan_id=pin.plan_id,
-                    registration_id=pin.registration_id, attempts=pin.attempts, retry_in_s=round(delay, 1),
-                    cause=wait.cause)
+        delay = 0.0 if wait.first else random_backoff_delay(pin.attempts)
+        if not wait.first:
+            log.warning("normalization_deferred", receipt_id=e.payload.receipt_id, plan_id=pin.plan_id,
+                        registration_id=pin.registration_id, attempts=pin.attempts, retry_in_s=round(delay, 1),
+                        cause=wait.cause)
+        record_id, version_id = wait.ids
         await conn.execute(
             "INSERT INTO materializer_deferred (receipt_id, org_id, corpus_id, namespace, record_key, position,"
-            " plan_id, registration_id, attempts, budget_spent, next_attempt_at, last_error)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " plan_id, registration_id, attempts, budget_spent, next_attempt_at, last_error, record_id, version_id,"
+            " answers)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (receipt_id) DO UPDATE SET attempts = EXCLUDED.attempts,"
             " budget_spent = EXCLUDED.budget_spent, next_attempt_at = EXCLUDED.next_attempt_at,"
-            " last_error = EXCLUDED.last_error",
+            " last_error = EXCLUDED.last_error, answers = EXCLUDED.answers",
             (e.payload.receipt_id, *key, e.position, pin.plan_id, pin.registration_id, pin.attempts,
-             pin.budget_spent, datetime.now(timezone.utc) + timedelta(seconds=delay), wait.cause[:1024]))
+             pin.budget_spent, datetime.now(timezone.utc) + timedelta(seconds=delay), wait.cause[:1024],
+             record_id, version_id, Jsonb(wait.answers)))
 
-    async def _retry_deferred(self, conn: AsyncConnection) -> bool:
-        """Try the deferred Receipts that are due, in journal order, under the checkpoint's lock
-        (a replay does not interleave). True when more are due."""
+    async def _start_calls(self, conn: AsyncConnection) -> bool:
+        """Starts an attempt for each waiting Version that is due, beside the fold: no plugin call
+        runs inside a transaction, and a slow plugin holds up nothing but its own Versions. Work a
+        rollback stopped (part 2: `pinned_work` "stop") is settled at once instead."""
+        free = MAX_CALLS_IN_FLIGHT - len(self._calls)
+        if free <= 0:
+            return False
         async with journal_transaction(conn):
-            # Due, or stopped by a rollback (part 2: `pinned_work` "stop" quarantines a Version
-            # waiting for text from the registration the rollback left): the latter at once.
             cur = await conn.execute(
                 "SELECT d.receipt_id, d.position, d.plan_id, d.registration_id, d.attempts, d.budget_spent,"
-                "       stop.plan_id"
+                "       d.record_id, d.version_id, d.answers, stop.plan_id"
                 " FROM materializer_deferred d"
                 " JOIN plugin_plans started ON started.plan_id = d.plan_id"
                 " LEFT JOIN LATERAL (SELECT q.plan_id FROM plugin_plans q WHERE q.pinned_work = 'stop'"
                 "   AND q.created_at > started.created_at"
                 "   AND NOT q.roles @> jsonb_build_array(jsonb_build_object('registration_id', d.registration_id))"
                 "   ORDER BY q.created_at LIMIT 1) stop ON true"
-                " WHERE d.next_attempt_at <= now() OR stop.plan_id IS NOT NULL"
+                " WHERE (d.next_attempt_at <= now() OR stop.plan_id IS NOT NULL) AND NOT d.receipt_id = ANY(%s::text[])"
                 " ORDER BY d.position LIMIT %s",
-                (DEFERRED_BATCH + 1,))
+                (list(self._calls), free))
             due = await cur.fetchall()
-            if not due:
-                return False
+            settled: list[NewEvent] = []
+            for receipt_id, position, plan_id, registration_id, attempts, spent, record_id, version_id, answers, stop \
+                    in due:
+                e = await self._accepted_at(conn, position)
+                pin = Pin(plan_id, registration_id, attempts, spent)
+                ids = (record_id or new_id("rec"), version_id or new_id("ver"))
+                plan = await self._pinned_plan(conn, plan_id)
+                if stop is not None or plan is None:
+                    settled.extend(await self._publish(conn, e, pin, ids, stopped=diagnostic(
+                        "pinned_plan_stopped", f"Rollback plan {stop} stopped the work pinned to plan {plan_id} "
+                        f"(registration {registration_id}) before the normalizer answered.", None, None)
+                        if stop is not None else diagnostic(
+                        "pinned_plugin_unavailable", f"Plan {plan_id}, which this work is pinned to, is not in "
+                        "the registry.", None, None)))
+                    continue
+                routed = self._routed(e, plan, ids)
+                if not routed:  # no Blob left for a plugin (not verified): the built-in path decides
+                    settled.extend(await self._publish(conn, e, pin, ids, decision=Publish(parts={})))
+                    continue
+                task = asyncio.create_task(attempt(routed, self._client,
+                                                   lambda blob_id, e=e: self._unverified(e, blob_id)))
+                self._calls[receipt_id] = Call(e, pin, ids, routed, answers or {}, task)
+            if settled:
+                await checkpoints.position(conn, self.name, for_update=True)
+                await append(conn, settled)
+        return bool(settled)
+
+    async def _settle_calls(self, conn: AsyncConnection) -> bool:
+        """Commits what the finished attempts decided, under the checkpoint's lock (a replay does
+        not interleave). An attempt whose Version was settled meanwhile (a newer command of its
+        identity, a rollback's stop) is dropped."""
+        done = [(rid, call) for rid, call in self._calls.items() if call.task.done()]
+        if not done:
+            return False
+        for rid, _ in done:
+            del self._calls[rid]
+        async with journal_transaction(conn):
             await checkpoints.position(conn, self.name, for_update=True)
             await self.plan.refresh_if_due(conn)
             out: list[NewEvent] = []
-            for receipt_id, position, plan_id, registration_id, attempts, budget_spent, stop in due[:DEFERRED_BATCH]:
-                e = await self._accepted_at(conn, position)
-                key = _key(e)
-                identities = await self._load(conn, {key})
-                if stop is not None:
-                    out.extend(await self._ingest(e, identities, key, False, stopped={
-                        "code": "pinned_plan_stopped", "retryable": False, "contribution": "normalizer",
-                        "message": f"Rollback plan {stop} stopped the work pinned to plan {plan_id} "
-                                   f"(registration {registration_id}) before the normalizer answered."}))
-                    await conn.execute("DELETE FROM materializer_deferred WHERE receipt_id = %s", (receipt_id,))
-                    if key in identities:
-                        await self._save(conn, {key: identities[key]})
+            for receipt_id, call in done:
+                cur = await conn.execute("SELECT 1 FROM materializer_deferred WHERE receipt_id = %s FOR UPDATE",
+                                         (receipt_id,))
+                if await cur.fetchone() is None:
                     continue
-                if registration_id not in self._pinned:
-                    found = await load_provider(conn, self.settings, registration_id)
-                    if found is not None:
-                        self._pinned[registration_id] = found
                 try:
-                    out.extend(await self._ingest(e, identities, key, False,
-                                                  Pin(plan_id, registration_id, attempts, budget_spent)))
-                except Deferred as wait:
-                    await self._defer(conn, e, key, wait)
+                    outcomes = call.task.result()
+                except Exception as exc:  # a defect of the attempt, not an answer: try again later
+                    log.error("normalization_attempt_failed", receipt_id=receipt_id, error=type(exc).__name__)
+                    outcomes = [NotNow("unreachable", f"the attempt failed: {type(exc).__name__}", "")
+                                for _ in call.routed]
+                decision = settle(call.pin, call.routed, outcomes, call.recorded,
+                                  call.pin.plan_id == self.plan.plan_id, self.settings.pinned_plugin_attempts)
+                if isinstance(decision, Wait):
+                    wait = Deferred(decision.pin, decision.cause, decision.answers)
+                    wait.ids = call.ids
+                    await self._defer(conn, call.event, _key(call.event), wait)
                     continue
-                await conn.execute("DELETE FROM materializer_deferred WHERE receipt_id = %s", (receipt_id,))
-                if key in identities:
-                    await self._save(conn, {key: identities[key]})
+                out.extend(await self._publish(conn, call.event, call.pin, call.ids, decision=decision))
             await append(conn, out)
-        return len(due) > DEFERRED_BATCH
+        return True
+
+    async def _publish(self, conn: AsyncConnection, e: JournalEvent, pin: Pin, ids: tuple[str, str],
+                       decision: Publish | Quarantine | None = None, stopped: dict[str, Any] | None = None
+                       ) -> list[NewEvent]:
+        """The events of a waiting Version that is settled; its row goes in the same transaction."""
+        key = _key(e)
+        identities = await self._load(conn, {key})
+        out = await self._ingest(e, identities, key, False, pin, stopped=stopped, decision=decision, ids=ids)
+        await conn.execute("DELETE FROM materializer_deferred WHERE receipt_id = %s", (e.payload.receipt_id,))
+        if key in identities:
+            await self._save(conn, {key: identities[key]})
+        return out
+
+    async def _pinned_plan(self, conn: AsyncConnection, plan_id: str) -> PlanSnapshot | None:
+        if plan_id not in self._plans:  # plans are immutable: loaded once
+            plan = await registry.plan(conn, plan_id)
+            self._plans[plan_id] = await load_plan(conn, self.settings, plan) if plan is not None else None
+        return self._plans[plan_id]
+
+    def _routed(self, e: JournalEvent, plan: PlanSnapshot, ids: tuple[str, str]) -> list[RoutedPart]:
+        """The Version's Blob Parts the plan routes to a normalizer plugin, with their requests."""
+        p = e.payload
+        out: list[RoutedPart] = []
+        for content in _blob_parts(e):
+            provider = plan.normalizer_for(content["media_type"])
+            verified = (p.blobs or {}).get(content["blob_id"])
+            if provider is None or verified is None:
+                continue  # the built-in text path (or input_unverified) when published
+            media_type = content["media_type"].split(";")[0].strip().lower()
+            optional = any(r.media_type == media_type and r.optional for r in provider.settings.routes)
+            out.append(RoutedPart(content["blob_id"], provider, optional, normalizer_request(
+                org_id=e.org_id, corpus_id=p.source.corpus_id, namespace=p.source.namespace,
+                record_key=p.source.record_key, receipt_id=p.receipt_id, record_id=ids[0], version_id=ids[1],
+                blob_id=content["blob_id"], media_type=content["media_type"], size_bytes=verified.size_bytes,
+                sha256=verified.sha256, url=self.blob_store.path_for(verified.storage_key).resolve().as_uri(),
+                provider=provider, extensions=p.extensions, provenance=p.provenance)))
+        return out
+
+    def _client(self, provider: Provider) -> PluginClient:
+        client = self._clients.get(provider.registration_id)
+        if client is None:
+            client = self._clients[provider.registration_id] = PluginClient(provider.target)
+        return client
+
+    def _unverified(self, e: JournalEvent, blob_id: str) -> str | None:
+        verified = (e.payload.blobs or {}).get(blob_id)
+        try:
+            self._verified_bytes(verified, {"blob_id": blob_id}, keep=False)
+        except TextPathError as exc:
+            return str(exc.message)
+        return None
 
     # ------------------------------------------------------------ ingest
 
     async def _ingest(self, e: JournalEvent, identities: dict, key: tuple, superseded: bool,
-                      pin: Pin | None = None, stopped: dict[str, Any] | None = None) -> list[NewEvent]:
+                      pin: Pin | None = None, stopped: dict[str, Any] | None = None,
+                      decision: Publish | Quarantine | None = None, ids: tuple[str, str] | None = None
+                      ) -> list[NewEvent]:
         p = e.payload
         state = identities.get(key)
         receipt_id = p.receipt_id
         common = dict(org_id=e.org_id, corpus_id=key[1], receipt_id=receipt_id)
         if state is not None and state.withdrawn:
             return [self._resolved(common, "conflict", state.record_id, None, [RECORD_WITHDRAWN_DIAGNOSTIC])]
-        record_id = state.record_id if state else new_id("rec")
-        version_id = new_id("ver")
+        record_id, version_id = ids or (state.record_id if state else new_id("rec"), new_id("ver"))
+        language, extensions = None, p.extensions
         if superseded or stopped:  # the normalizer is not invoked: the manifest stays as accepted
             manifest = build_manifest(p.content, p.title)
-            diagnostics = [stopped or NORMALIZATION_SUPERSEDED_DIAGNOSTIC]
+            diagnostics, quarantined = [stopped or NORMALIZATION_SUPERSEDED_DIAGNOSTIC], True
         else:
-            manifest, diagnostics = await self._normalize(e, record_id, version_id, pin)
+            try:
+                manifest, diagnostics, quarantined = self._normalize(e, decision)
+            except Deferred as wait:  # fix the ids its requests carry and the identity's Record
+                wait.ids = (record_id, version_id)
+                identities[key] = state or Identity(record_id, None, None, False)
+                raise
+            if isinstance(decision, Publish):
+                language = decision.language
+                if decision.extensions:
+                    extensions = {**(extensions or {}), **decision.extensions}
         digest = manifest_digest(manifest)
         # Text equal to the serving Version's is a duplicate, superseded or not (decided without a normalizer).
         if state is not None and state.current_digest == digest:
             return [self._resolved(common, "duplicate", state.record_id, state.current_version_id, [])]
         previous = state.current_version_id if state else None
-        if diagnostics:  # quarantined: never current, so the identity's serving Version stays
+        if quarantined:  # never current, so the identity's serving Version stays
             identities[key] = state or Identity(record_id, None, None, False)
         else:
             identities[key] = Identity(record_id, version_id, digest, False)
@@ -357,132 +470,62 @@ class MaterializerProjector(TableFold):
                     source=p.source,
                     manifest=manifest,
                     provenance=p.provenance,
-                    extensions=p.extensions,
+                    extensions=extensions,
                     relations=p.relations,
                     accepted_at=p.accepted_at,
                     created_at=_now(),
                     previous_version_id=previous,
                     diagnostics=diagnostics,
-                    quarantined=bool(diagnostics),
+                    quarantined=quarantined,
+                    language=language,
                 ),
                 **common,
             ),
             self._resolved(common, "created", record_id, version_id, diagnostics),
         ]
         # Not current yet: the lexical projector moves currentness once the Version can serve.
-        out.insert(1, currentness.availability_event(out[0], "quarantined" if diagnostics else "materialized"))
+        out.insert(1, currentness.availability_event(out[0], "quarantined" if quarantined else "materialized"))
         return out
 
-    async def _normalize(self, e: JournalEvent, record_id: str, version_id: str, pin: Pin | None
-                         ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The Version's manifest and diagnostics: Blob Parts become text Parts (by the plugin the
-        plan routes their media type to, else the built-in text path), or the Version is quarantined
-        (manifest as accepted, one diagnostic). Raises Deferred when a plugin cannot answer now."""
+    def _normalize(self, e: JournalEvent, decision: Publish | Quarantine | None
+                   ) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+        """The Version's manifest, its diagnostics and whether it is quarantined. Blob Parts become
+        text Parts: by what the plugin answered (`decision`, for the Parts a plugin serves), else
+        the built-in text path; or the Version is quarantined (manifest as accepted). Without a
+        decision, a Blob the active plan routes to a plugin makes the Version wait (Deferred)."""
         p = e.payload
         manifest = build_manifest(p.content, p.title)
         if not any(part["content"]["kind"] == "blob" for part in manifest["parts"]):
-            return manifest, []
+            return manifest, [], False
+        if isinstance(decision, Quarantine):
+            return manifest, [decision.diagnostic], True
+        if decision is None:
+            routed = [provider for c in _blob_parts(e) if (p.blobs or {}).get(c["blob_id"]) is not None
+                      and (provider := self.plan.normalizer_for(c["media_type"])) is not None]
+            if routed:
+                raise Deferred(Pin(self.plan.plan_id, routed[0].registration_id), "waiting for the normalizer's "
+                               "first answer", first=True)
+        served = decision.parts if decision is not None else {}
         parts = []
         for part in manifest["parts"]:
             content = part["content"]
             if content["kind"] != "blob":
                 parts.append(part)
-                continue
-            verified = (p.blobs or {}).get(content["blob_id"])
-            try:
-                provider, pin = await self._normalizer(content["media_type"], pin)
-                if provider is not None:
-                    self._verified_bytes(verified, content, keep=False)
-                    produced, diagnostic = await self._plugin_parts(e, record_id, version_id, content, verified,
-                                                                    provider, pin)
-                    if diagnostic is not None:
-                        return manifest, [diagnostic]
-                    parts.extend(produced)
-                    continue
-                text = self._blob_text(verified, content)
-            except TextPathError as exc:
-                return manifest, [exc.diagnostic()]
-            parts.append({**part, "content": {"kind": "text", "text": text}})
+            elif served.get(content["blob_id"]) is not None:
+                parts.extend(served[content["blob_id"]])
+            else:
+                try:
+                    text = self._blob_text((p.blobs or {}).get(content["blob_id"]), content)
+                except TextPathError as exc:
+                    # An optional route's fallback that the text path cannot read keeps the plugin's code.
+                    listed = [d for d in (decision.listed if decision else []) if d["code"] != "normalizer_conflict"]
+                    return manifest, listed[:1] or [exc.diagnostic()], True
+                parts.append({**part, "content": {"kind": "text", "text": text}})
         keys = [part["key"] for part in parts]
         if len(set(keys)) != len(keys):
             return manifest, [{"code": "normalizer_invalid_output", "retryable": False,
-                               "message": "The normalizer's Parts reuse a key of another Part of the Version."}]
-        return {"parts": parts}, []
-
-    async def _normalizer(self, media_type: str, pin: Pin | None) -> tuple[Provider | None, Pin | None]:
-        """The plugin to call for media_type: the pinned registration when the work already started
-        under a plan, else the active plan's route (None: the built-in text path)."""
-        if pin is not None:
-            provider = self._pinned.get(pin.registration_id)
-            if provider is None:
-                raise TextPathError("pinned_plugin_unavailable", f"Plan {pin.plan_id} pins registration "
-                                    f"{pin.registration_id}, which the registry does not hold.")
-            return provider, pin
-        provider = self.plan.normalizer_for(media_type.split(";")[0].strip().lower())
-        if provider is None:
-            return None, None
-        return provider, Pin(self.plan.plan_id, provider.registration_id)
-
-    def _client(self, provider: Provider) -> PluginClient:
-        client = self._clients.get(provider.registration_id)
-        if client is None:
-            client = self._clients[provider.registration_id] = PluginClient(provider.target)
-        return client
-
-    async def _plugin_parts(self, e: JournalEvent, record_id: str, version_id: str, content: dict[str, Any],
-                            verified: ev.VerifiedBlob, provider: Provider, pin: Pin
-                            ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-        """One normalizer invocation (part 2, normalizer request); its Parts, or a quarantining diagnostic."""
-        p = e.payload
-        invocation_id = new_id("inv")
-        request: dict[str, Any] = {
-            "invocation_id": invocation_id,
-            "idempotency_key": f"{p.receipt_id}:{content['blob_id']}",  # stable across retries and restarts
-            "contribution": "normalizer",
-            "organization_id": e.org_id,
-            "corpus_id": p.source.corpus_id,
-            "record_id": record_id,
-            "record_version_id": version_id,
-            "source": {"corpus_id": p.source.corpus_id, "namespace": p.source.namespace,
-                       "record_key": p.source.record_key},
-            "input": {"blob_id": content["blob_id"], "media_type": content["media_type"],
-                      "size_bytes": verified.size_bytes, "sha256": verified.sha256,
-                      "reference": {"url": self.blob_store.path_for(verified.storage_key).resolve().as_uri()}},
-            "configuration": provider.settings.configuration,
-        }
-        if p.extensions:
-            request["extensions"] = p.extensions
-        retry = provider.manifest.retry
-        budget = min(retry.max_attempts, MAX_NORMALIZER_ATTEMPTS)
-        try:
-            answer = await self._client(provider).invoke("normalizer", request, float(retry.timeout_seconds),
-                                                         invocation_id)
-        except PluginFailed as exc:
-            said = f"{provider.plugin_id} {provider.version} answered {exc.code}: {exc.message}"
-            if not exc.retryable:
-                return [], _invocation_diagnostic("normalizer_failed", said, provider, invocation_id)
-            spent = Pin(pin.plan_id, pin.registration_id, pin.attempts + 1, pin.budget_spent + 1)
-            if spent.budget_spent >= budget:
-                return [], _invocation_diagnostic("normalizer_retries_exhausted", f"{said} ({spent.budget_spent} "
-                                                  "attempts, the manifest's retry budget)", provider, invocation_id)
-            raise Deferred(spent, said) from None
-        except PluginUnreachable as exc:
-            timed_out = exc.cause == "timeout"
-            spent = Pin(pin.plan_id, pin.registration_id, pin.attempts + 1, pin.budget_spent + int(timed_out))
-            if timed_out and spent.budget_spent >= budget:
-                return [], _invocation_diagnostic("normalizer_timeout", f"{exc.message} ({spent.budget_spent} "
-                                                  "attempts, the manifest's retry budget)", provider, invocation_id)
-            if pin.plan_id != self.plan.plan_id and spent.attempts >= self.settings.pinned_plugin_attempts:
-                return [], _invocation_diagnostic(
-                    "pinned_plugin_unavailable", f"Plan {pin.plan_id} pins {provider.plugin_id} "
-                    f"{provider.version}, which stayed unreachable for {spent.attempts} attempts: {exc.message}",
-                    provider, invocation_id)
-            raise Deferred(spent, f"{exc.cause}: {exc.message}") from None
-        problem = _answer_problem(answer, provider)
-        if problem is not None:
-            return [], _invocation_diagnostic("normalizer_invalid_output", f"{provider.plugin_id} "
-                                              f"{provider.version}: {problem}", provider, invocation_id)
-        return [_text_part(part) for part in answer["manifest"]["parts"]], None
+                               "message": "The normalizer's Parts reuse a key of another Part of the Version."}], True
+        return {"parts": parts}, list(decision.listed) if decision is not None else [], False
 
     def _verified_bytes(self, verified: ev.VerifiedBlob | None, content: dict[str, Any], keep: bool) -> bytes:
         """The Blob's bytes (kept only when `keep`), checked against what was verified at acceptance."""
@@ -599,37 +642,3 @@ class MaterializerProjector(TableFold):
                 [states[k].withdrawn for k in keys],
             ],
         )
-
-
-def _answer_problem(answer: dict[str, Any], provider: Provider) -> str | None:
-    """Why a normalizer answer breaks part 2's response or part 1's Part rules (None: it keeps them).
-    Only text Parts are published: a Blob Part would need a second normalization."""
-    import jsonschema
-
-    normalizer = provider.manifest.contributions.normalizer
-    max_parts = normalizer.max_parts if normalizer is not None else 256
-    namespaces = [x.namespace for x in normalizer.extensions] if normalizer is not None else []
-    error = jsonschema.exceptions.best_match(
-        jsonschema.Draft202012Validator(normalizer_response_schema(max_parts, namespaces)).iter_errors(answer))
-    if error is not None:
-        where = "/" + "/".join(str(step) for step in error.absolute_path)
-        return f"the answer breaks the normalizer response at {where}: {error.message[:200]}"
-    keys: set[str] = set()
-    for part in answer["manifest"]["parts"]:
-        if part["content"]["kind"] != "text":
-            return f"Part {part['key']!r} is not text"
-        if part["key"] in keys:
-            return f"Part key {part['key']!r} appears twice"
-        if part.get("parent_key") is not None and part["parent_key"] not in keys:
-            return f"Part {part['key']!r} names a parent_key that is not an earlier Part"
-        keys.add(part["key"])
-    return None
-
-
-def _text_part(part: dict[str, Any]) -> dict[str, Any]:
-    out = {"key": part["key"], "role": part["role"], "content": {"kind": "text", "text": nfc(part["content"]["text"])}}
-    if part.get("parent_key") is not None:
-        out["parent_key"] = part["parent_key"]
-    if part.get("extensions"):
-        out["extensions"] = part["extensions"]
-    return out

@@ -121,7 +121,8 @@ async def run(
                     delay = retry_first_seconds
                 while not stop.is_set():
                     if not await projector.step(work):
-                        await _wait_for_commit(listener, poll_seconds, coalesce_seconds)
+                        await _wait_for_commit(listener, min(poll_seconds, projector.idle_poll_seconds() or poll_seconds),
+                                               coalesce_seconds)
             return
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if not connection_lost(exc):

@@ -166,6 +166,7 @@ class RecordAccepted(EventPayload, kw_only=True, tag=RECORD_ACCEPTED):
     previous_version_id: str | None = None
     diagnostics: list[JsonObject] = []
     quarantined: bool = False
+    language: str | None = None  # BCP 47, as the normalizer plugin said
 
 
 class RecordAvailabilityChanged(EventPayload, kw_only=True, tag=RECORD_AVAILABILITY_CHANGED):

@@ -43,6 +43,10 @@ class PlanSnapshot:
     plan_id: str | None
     providers: dict[str, Provider]  # role -> provider
 
+    def normalizer_for(self, media_type: str) -> Provider | None:
+        """The normalizer serving `media_type` (parameters and case ignored), or None (the built-in path)."""
+        return self.providers.get(f"normalizer:{media_type.split(';')[0].strip().lower()}")
+
 
 async def load_provider(conn: AsyncConnection, settings: Settings, registration_id: str) -> Provider | None:
     """How to call one registration, whatever plan holds it: pinned work keeps calling the
@@ -56,6 +60,19 @@ async def load_provider(conn: AsyncConnection, settings: Settings, registration_
         target=PluginTarget(found.plugin_id, found.version, found.manifest_digest, found.endpoint,
                             store.read_token(settings, registration_id) if found.has_token else None),
         manifest=pinned.manifest, settings=installed_settings(pinned.manifest, found.settings))
+
+
+async def load_plan(conn: AsyncConnection, settings: Settings, plan: registry.Plan) -> PlanSnapshot:
+    """Every role of a plan with how to call the registration serving it."""
+    providers: dict[str, Provider] = {}
+    loaded: dict[str, Provider | None] = {}
+    for role in plan.roles:
+        rid = role.registration_id
+        if rid not in loaded:
+            loaded[rid] = await load_provider(conn, settings, rid)
+        if loaded[rid] is not None:
+            providers[role.role] = loaded[rid]
+    return PlanSnapshot(plan.plan_id, providers)
 
 
 class ActivePlan:
@@ -73,9 +90,13 @@ class ActivePlan:
     def provider(self, role: str) -> Provider | None:
         return self._snapshot.providers.get(role)
 
+    @property
+    def snapshot(self) -> PlanSnapshot:
+        return self._snapshot
+
     def normalizer_for(self, media_type: str) -> Provider | None:
         """The normalizer serving `media_type`, or None (the built-in text path)."""
-        return self.provider(f"normalizer:{media_type}")
+        return self._snapshot.normalizer_for(media_type)
 
     async def refresh_if_due(self, conn: AsyncConnection) -> None:
         """Reads the registry at most once per `plugin_plan_poll`; cheap to call before every use."""
@@ -90,12 +111,5 @@ class ActivePlan:
             return
         if plan.plan_id == self._snapshot.plan_id:
             return  # plans are immutable
-        providers: dict[str, Provider] = {}
-        loaded: dict[str, Provider] = {}
-        for role in plan.roles:
-            rid = role.registration_id
-            if rid not in loaded:
-                loaded[rid] = await load_provider(conn, self.settings, rid)
-            providers[role.role] = loaded[rid]
-        self._snapshot = PlanSnapshot(plan.plan_id, providers)
+        self._snapshot = await load_plan(conn, self.settings, plan)
         log.info("plugin_plan_loaded", plan_id=plan.plan_id)

@@ -89,10 +89,10 @@ WHERE r.record_id = u.record_id
 """
 _VERSION = """
 INSERT INTO versions (version_id, record_id, org_id, corpus_id, receipt_id, manifest, provenance, extensions,
-                      relations, accepted_at, created_at, diagnostics, availability_state, searchable)
+                      relations, accepted_at, created_at, diagnostics, language, availability_state, searchable)
 SELECT *, 'materialized', false
 FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::jsonb[], %b::jsonb[],
-            %b::jsonb[], %b::timestamptz[], %b::timestamptz[], %b::jsonb[])
+            %b::jsonb[], %b::timestamptz[], %b::timestamptz[], %b::jsonb[], %b::text[])
 ON CONFLICT DO NOTHING
 """
 _WITHDRAWN = """
@@ -211,7 +211,7 @@ def _version(e) -> tuple:
     p = e.payload
     return (p.version_id, p.record_id, e.org_id, p.source.corpus_id, p.receipt_id, Jsonb(p.manifest),
             Jsonb(p.provenance), Jsonb(p.extensions) if p.extensions else None, Jsonb(p.relations), p.accepted_at,
-            p.created_at, Jsonb(p.diagnostics))
+            p.created_at, Jsonb(p.diagnostics), p.language)
 
 
 def _withdrawn(e) -> tuple:

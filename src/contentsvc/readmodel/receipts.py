@@ -27,7 +27,7 @@ SELECT r.receipt_id, r.corpus_id, r.namespace, r.record_key, r.state, r.outcome,
        r.version_id, r.diagnostics, v.availability_state, v.searchable, v.enrichment_blocked,
        (NOT v.enriched AND c.vector_spaces <> '[]'::jsonb) AS awaits_vectors,
        (rec.current_version_id = r.version_id AND NOT rec.withdrawn) AS is_current,
-       d.last_error AS waiting_for_plugin, pr.plugin_id AS waiting_plugin
+       CASE WHEN d.attempts > 0 THEN d.last_error END AS waiting_for_plugin, pr.plugin_id AS waiting_plugin
 FROM receipts r
 LEFT JOIN materializer_deferred d ON d.receipt_id = r.receipt_id AND r.state = 'pending'
 LEFT JOIN plugin_registrations pr ON pr.registration_id = d.registration_id

@@ -21,13 +21,16 @@ CONTENTSVC = [sys.executable, "-m", "contentsvc.cli"]
 
 
 class PluginProcess:
-    def __init__(self, name: str, log_dir: Path, token: str | None = None, module: str | None = None):
-        """`name` is a first-party plugin; or `module` names a test plugin module run with the port."""
+    def __init__(self, name: str, log_dir: Path, token: str | None = None, module: str | None = None,
+                 extra_env: dict[str, str] | None = None):
+        """`name` is a first-party plugin; or `module` names a test plugin module run with the port.
+        `extra_env` adds variables a test plugin reads."""
         self.name = name
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / f"plugin-{name}-{self.port}.log"
         env = {k: v for k, v in os.environ.items() if k not in ("CONTENTSVC_PLUGIN_TOKEN", "CONTENTSVC_CONFIG")}
+        env.update(extra_env or {})
         if token:
             env["CONTENTSVC_PLUGIN_TOKEN"] = token
         self._log = open(self.log_path, "wb")

@@ -95,6 +95,18 @@ def test_the_pdf_plugin_passes_and_is_certified(pdf_plugin):
     assert (fixture_check["fixture"], fixture_check["contribution"]) == ("inspection.json", "normalizer")
 
 
+def test_the_misbehaving_test_normalizer_passes_on_its_ok_fixtures(tmp_path):
+    # decisions-part2 "Contract check": the plugin the normalizer diagnostic tests misbehave through
+    # keeps the protocol when asked to behave (one `ok` fixture per declared media type)
+    plugin = PluginProcess("misbehaving", tmp_path, module="tests.fixtures.plugins.misbehaving.plugin")
+    try:
+        code, report = plugin_check(TEST_PLUGINS / "misbehaving", plugin.base_url)
+    finally:
+        plugin.stop()
+    assert code == 0 and report["certified"] is True, report
+    assert sorted(c["fixture"] for c in by_id(report)["normalizer.fixture"]) == ["ok-text.json", "ok.json"]
+
+
 def test_the_fixture_evaluator_passes_with_its_token_and_fails_without(evaluator_plugin):
     # decisions-part2: the check presents CONTENTSVC_PLUGIN_TOKEN; the plugin answers 401 without it
     code, report = plugin_check(PLUGINS / "fixture_evaluator", evaluator_plugin.base_url, token=TOKEN,

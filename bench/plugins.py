@@ -9,12 +9,13 @@ Measurements (one run), one module each:
      (after --warm-up calls) through the engine's PluginClient with a tiny one-page PDF
      by file:// reference, against the same extraction in-process (the plugin's own
      `normalize`), each call timed; p50 and p99 of both, their difference (the
-     protocol's overhead) and their ratio.
+     protocol's overhead) and their ratio; and GET /v0/health on the same connection,
+     the HTTP floor of any call.
   2. Versions normalized per second through the plugin path (plugins_throughput.py):
      `contentsvc run` with a contentsvc.toml that pins and launches the pdf plugin (a
      fresh database as `contentsvc bench ingest` starts one, its output in
      bench/results/plugins-server.log), --versions tiny PDFs uploaded and verified
-     first, then ingested as Blob Records: Versions over the time from the first ingest
+     first, then ingested as Blob Records (POST /v0/records/batch): Versions over the time from the first ingest
      accepted to the last Receipt resolved; and the same for text/plain Blobs carrying
      the same text (the built-in text path), as the reference.
 
@@ -77,6 +78,8 @@ def summary_text(report: dict[str, Any]) -> str:
              f"  {'':<22}{'p50 ms':>10}{'p99 ms':>10}"]
     for name, key in (("through the plugin", "plugin"), ("in-process (pypdf)", "in_process")):
         lines.append(f"  {name:<22}{rt[key]['p50_ms']:>10.2f}{rt[key]['p99_ms']:>10.2f}")
+    lines.append(f"  {'GET /v0/health':<22}{rt['health_get']['p50_ms']:>10.2f}{rt['health_get']['p99_ms']:>10.2f}"
+                 "   (the HTTP floor of any call)")
     lines.append(f"  {'overhead':<22}{rt['overhead_p50_ms']:>10.2f}{rt['overhead_p99_ms']:>10.2f}")
     lines.append(f"  {'ratio':<22}{rt['ratio_p50']:>9.2f}x{rt['ratio_p99']:>9.2f}x")
     lines.append(f"Versions normalized per second, {tp['versions']} each, first ingest accepted to last Receipt "

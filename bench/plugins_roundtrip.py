@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import httpx
 from contentsvc.bench.driver import BenchError
 from contentsvc.bench.stats import latency_summary
 from contentsvc.bench.tiny_pdf import report_lines, tiny_pdf
+from contentsvc.config.environment import CONFIG_VARIABLE, PLUGIN_TOKEN_VARIABLE, child_environment
 from contentsvc.ids import new_id
 from contentsvc.plugins.client import PluginClient, PluginTarget
 from contentsvc.processes.local_service import free_port
@@ -39,7 +39,8 @@ class PdfPluginProcess:
     def __init__(self, log_path: Path, port: int | None = None) -> None:
         self.port = port or free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if k not in ("CONTENTSVC_PLUGIN_TOKEN", "CONTENTSVC_CONFIG")}
+        # open on loopback (no token), and no configuration file of the caller's
+        env = {k: v for k, v in child_environment().items() if k not in (PLUGIN_TOKEN_VARIABLE, CONFIG_VARIABLE)}
         self._log = open(log_path, "wb")
         self.process = subprocess.Popen([sys.executable, "-m", "contentsvc.cli", "plugin", "serve", "pdf",
                                          "--port", str(self.port)], env=env, stdout=self._log,
@@ -114,7 +115,10 @@ def in_process(request: dict, max_parts: int, calls: int, warm_up: int) -> list[
     return times
 
 
-async def through_plugin(target: PluginTarget, request: dict, calls: int, warm_up: int) -> list[float]:
+async def through_plugin(target: PluginTarget, request: dict, calls: int, warm_up: int
+                         ) -> tuple[list[float], list[float]]:
+    """The normalizer's round trips, and GET /v0/health's on the same connection: the floor of any call
+    (HTTP on loopback, no body, no handler), which says how much of the overhead is the HTTP stack."""
     async with PluginClient(target) as client:  # one client, as the materializer keeps one per registration
         for _ in range(warm_up):
             await client.invoke("normalizer", {**request, "invocation_id": new_id("inv")}, TIMEOUT_S)
@@ -128,7 +132,12 @@ async def through_plugin(target: PluginTarget, request: dict, calls: int, warm_u
                 raise BenchError(f"the pdf plugin answered without Parts: {answer}")
             if time.monotonic() > deadline:
                 break
-    return times
+        floor = []
+        for _ in range(len(times)):
+            started = time.perf_counter()
+            await client.health()
+            floor.append((time.perf_counter() - started) * 1000)
+    return times, floor
 
 
 def bench_roundtrip(workdir: Path, plugin_log: Path, client_log: Path, calls: int, warm_up: int) -> dict[str, Any]:
@@ -146,7 +155,7 @@ def bench_roundtrip(workdir: Path, plugin_log: Path, client_log: Path, calls: in
         target = PluginTarget(plugin.plugin_id, plugin.pinned.manifest.version, plugin.pinned.digest,
                               process.endpoint)
         with log_lines_to(client_log):
-            remote = asyncio.run(through_plugin(target, request, calls, warm_up))
+            remote, floor = asyncio.run(through_plugin(target, request, calls, warm_up))
             # the same answer both ways: what is compared is the same work
             answer = asyncio.run(_one(target, request))
     finally:
@@ -162,6 +171,7 @@ def bench_roundtrip(workdir: Path, plugin_log: Path, client_log: Path, calls: in
         "warm_up": warm_up,
         "plugin": plugin_lat,
         "in_process": local_lat,
+        "health_get": latency_summary(floor),
         "overhead_p50_ms": round(plugin_lat["p50_ms"] - local_lat["p50_ms"], 2),
         "overhead_p99_ms": round(plugin_lat["p99_ms"] - local_lat["p99_ms"], 2),
         "ratio_p50": round(plugin_lat["p50_ms"] / local_lat["p50_ms"], 2),

@@ -28,6 +28,7 @@ bench:
 	contentsvc bench ingest
 	contentsvc bench search
 	contentsvc bench upload
+	contentsvc bench plugins
 
 lint:
 	ruff check --select F,E9 src projectors bench tests

@@ -61,12 +61,12 @@ class OwnService:
         self._tmp = tempfile.TemporaryDirectory(prefix="contentsvc-bench-pg-")
         return start_embedded(Path(self._tmp.name))
 
-    def start(self, home: Path | None = None) -> Target:
+    def start(self, home: Path | None = None, extra_env: dict[str, str] | None = None) -> Target:
         print(f"[bench] starting contentsvc (log: {self.log_path}) ...", file=sys.stderr, flush=True)
         self.admin_url = self._admin()
         self.database_url = create_database(self.admin_url, "csbench")
         try:
-            self.service = LocalService(self.database_url, self.log_path, home or Path(self._home.name))
+            self.service = LocalService(self.database_url, self.log_path, home or Path(self._home.name), extra_env)
         except RuntimeError as exc:
             raise BenchError(str(exc)) from None
 

@@ -25,6 +25,7 @@ from contentsvc.plugins.planning import (
     changed_source_formats,
     plan_conflicts,
     rollback_roles,
+    spaces_served,
     transition_conflicts,
 )
 from contentsvc.plugins.registry import Plan, Registration
@@ -112,8 +113,10 @@ async def _refuse_breaks(conn: AsyncConnection, active: dict[str, str], roles: d
     rules"), then the coverage rule: changing the ingestion plugin serving a source format needs
     complete primary-vector coverage of every current Version. Call with the registry lock held,
     before anything is committed: a refusal leaves the plan unchanged."""
+    history = [plan.role_map for plan in await registry.every_plan(conn)]
     breaks = plan_conflicts(roles, candidates) + transition_conflicts(
-        active, roles, candidates, activation=activation, engine_spaces=ENGINE_SPACES)
+        active, roles, candidates, activation=activation,
+        known_spaces=spaces_served(history, candidates, ENGINE_SPACES))
     changed = changed_source_formats(active, roles, candidates)
     if changed:
         versions, corpora = await uncovered_current_versions(conn)

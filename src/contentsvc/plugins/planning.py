@@ -183,19 +183,32 @@ def served_spaces(roles: dict[str, str], candidates: dict[str, Candidate]) -> di
     return served
 
 
+def spaces_served(plans: list[dict[str, str]], candidates: dict[str, Candidate],
+                  engine_spaces: tuple[SpaceDefinition, ...] = ()) -> dict[str, tuple[str, SpaceDefinition]]:
+    """space name -> (its owner, its definition) for every space the engine owns or a plan ever
+    served (plans oldest first): its vectors stay stored under that name after the plan is left,
+    so the first definition a name had is the one it keeps."""
+    known = {s.name: ("the engine", s) for s in engine_spaces}
+    for roles in plans:
+        for name, (provider, definition) in served_spaces(roles, candidates).items():
+            known.setdefault(name, (provider.label, definition))
+    return known
+
+
 def transition_conflicts(active: dict[str, str], roles: dict[str, str], candidates: dict[str, Candidate], *,
-                         activation: bool, engine_spaces: tuple[SpaceDefinition, ...] = ()) -> list[str]:
-    """What a new plan may not change from the active one (part 2 "Activation rules"):
+                         activation: bool, known_spaces: dict[str, tuple[str, SpaceDefinition]] | None = None
+                         ) -> list[str]:
+    """What a new plan may not change (part 2 "Activation rules"):
 
     - vector-space ownership: a space keeps the model, dimensions and metric its vectors were
-      made with, whether the engine owns it or the active plan's ingestion plugin serves it ("a
-      model cannot change without a new space version", a new space name);
+      made with (`known_spaces`, see spaces_served; the active plan's spaces when not given),
+      whether the engine owns it or an ingestion plugin serves or served it ("a model cannot
+      change without a new space version", a new space name);
     - for an activation, retrieval providers per plugin id: "an activation replaces only the
       retrieval provider with the same plugin id", so a profile served by another plugin stays
       that plugin's (a rollback returns to roles an earlier plan already had)."""
     breaks: list[str] = []
-    before = {s.name: ("the engine", s) for s in engine_spaces}
-    before.update({name: (c.label, d) for name, (c, d) in served_spaces(active, candidates).items()})
+    before = known_spaces if known_spaces is not None else spaces_served([active], candidates)
     for name, (provider, definition) in sorted(served_spaces(roles, candidates).items()):
         if name in before and _identity(before[name][1]) != _identity(definition):
             owner, held = before[name]

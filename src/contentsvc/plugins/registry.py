@@ -205,6 +205,11 @@ async def active_plan(conn: AsyncConnection) -> Plan | None:
     return found[0][1] if found else None
 
 
+async def every_plan(conn: AsyncConnection) -> list[Plan]:
+    """Every plan, oldest first (what vector-space ownership reads: the spaces ever served)."""
+    return [p for _, p in reversed(await _plans(conn, "TRUE", (), 2**31 - 1))]
+
+
 async def plan(conn: AsyncConnection, plan_id: str) -> Plan | None:
     found = await _plans(conn, "plan_id = %s", (plan_id,), 1)
     return found[0][1] if found else None

@@ -22,9 +22,9 @@ CONTENTSVC = [sys.executable, "-m", "contentsvc.cli"]
 
 class PluginProcess:
     def __init__(self, name: str, log_dir: Path, token: str | None = None, module: str | None = None,
-                 extra_env: dict[str, str] | None = None):
-        """`name` is a first-party plugin; or `module` names a test plugin module run with the port.
-        `extra_env` adds variables a test plugin reads."""
+                 extra_env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
+        """`name` is a first-party plugin; or `module` names a test plugin module run with the port
+        (and `args` after it). `extra_env` adds variables a test plugin reads."""
         self.name = name
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -34,7 +34,7 @@ class PluginProcess:
         if token:
             env["CONTENTSVC_PLUGIN_TOKEN"] = token
         self._log = open(self.log_path, "wb")
-        command = [sys.executable, "-m", module, str(self.port)] if module else \
+        command = [sys.executable, "-m", module, str(self.port), *args] if module else \
             [*CONTENTSVC, "plugin", "serve", name, "--port", str(self.port)]
         env["PYTHONPATH"] = str(CHECKOUT)  # test plugin modules live in the checkout's tests/
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=log_dir)

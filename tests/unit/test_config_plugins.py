@@ -135,6 +135,24 @@ def test_two_normalizers_for_one_media_type_break_a_startup_rule(deploy):
         "plugins.pdf2.routes: normalizer:application/pdf is already served by plugin pdf"
 
 
+def _ingestion_pin(deploy: Path, plugin_id: str, space: str, port: int) -> str:
+    manifest = {"manifest_version": 1, "id": plugin_id, "version": "1.0.0", "plugin_api": "0.6", "title": plugin_id,
+                "contributions": {"ingestion": {"spaces": [{"name": space, "model": "m", "dimensions": 8,
+                                                            "metric": "cosine", "modalities": ["text"]}],
+                                                "source_formats": ["text/html"]}}}
+    (deploy / "plugins" / plugin_id).mkdir()
+    (deploy / "plugins" / plugin_id / "contentsvc-plugin.json").write_text(json.dumps(manifest))
+    return (f'[plugins.{plugin_id}]\nendpoint = "http://127.0.0.1:{port}"\nversion = "1.0.0"\n'
+            f'manifest = "plugins/{plugin_id}/contentsvc-plugin.json"\n')
+
+
+def test_two_ingestion_plugins_for_one_source_format_break_a_startup_rule(deploy):
+    # part 2 activation rules kept at start, by the same function: valid ingestion source routes
+    text = _ingestion_pin(deploy, "embed_a", "docs_a", 9001) + _ingestion_pin(deploy, "embed_b", "docs_b", 9002)
+    assert refusal(deploy, text) == "plugins.embed_b.manifest: source format text/html is already served by " \
+                                    "plugin embed_a"
+
+
 DESTINATION = '[destinations.alerts]\nurl = "{url}"\nsecret = "{secret}"\n'
 
 

@@ -42,8 +42,10 @@ SLICE_PARTS = {"routes": "api", "commands": "commands", "workers": "projectors",
                "events": "slice_events",
                # The plugins slice's registry writers and reads (shared by its commands and its worker,
                # which sit in one layer) and its plan cache are on the read side; its request and
-               # answer shapes and the plan rules are pure, with the domain; seeding is a command.
-               "registry": "readmodel", "plans": "readmodel", "shapes": "domain", "planning": "domain",
+               # answer shapes are pure, with the domain; seeding is a command. The plan rules are
+               # pure and import nothing: the startup configuration checks its pins with them, so
+               # they sit with the manifest, below config.
+               "registry": "readmodel", "plans": "readmodel", "shapes": "domain", "planning": "manifest",
                "store": "storage", "seeding": "commands",
                # The plugins slice's foundation: the contract check (run by the plugins worker and the
                # CLI), the one HTTP client to plugins (an outbound adapter, like storage), and the

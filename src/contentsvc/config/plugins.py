@@ -3,7 +3,8 @@ types (decisions-part2, "Startup configuration"): each plugin's manifest is read
 its id and version must equal the manifest's, its configuration must satisfy the manifest's
 configuration_schema, its routes, kinds and spaces must be declared by the manifest, and the
 plugins together keep the startup rules (one normalizer per media type, one provider per
-connector kind and per ingestion space). Every problem names the TOML key path.
+connector kind, per ingestion space and per retrieval profile, one declarer per extension
+namespace, one ingestion plugin per source format). Every problem names the TOML key path.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from contentsvc.plugins.manifest import (
     parse_manifest,
     roles,
 )
+from contentsvc.plugins.planning import candidate_of, declaration_conflicts
 
 MAX_DESTINATION_HEADERS = 16
 RESERVED_HEADERS = ("content-type", "content-length", "host")
@@ -135,18 +137,18 @@ def _plugin_problems(plugin_id: str, entry: PluginSettings) -> Iterator[tuple[st
             yield ".launch", "a launched plugin listens on loopback: the endpoint must be http://127.0.0.1:<port>"
 
 
+_TABLE_SETTINGS = ("routes", "kinds", "spaces")  # startup rule settings the [plugins.<id>] table names
+
+
 def _startup_rules(pinned: dict[str, PinnedPlugin]) -> Iterator[tuple[str, str]]:
-    """One plugin per role: a media type, a connector kind, an ingestion space have one provider."""
-    served: dict[str, str] = {}
-    for plugin_id, plugin in pinned.items():
-        for role in plugin.roles:
-            if role.startswith("subscription:") or role.startswith("retrieval:"):
-                continue  # keyed by the plugin's own id: never shared
-            if role in served:
-                member = {"normalizer": "routes", "connector": "kinds", "ingestion": "spaces"}[role.split(":")[0]]
-                yield f"plugins.{plugin_id}.{member}", f"{role} is already served by plugin {served[role]}"
-            else:
-                served[role] = plugin_id
+    """The startup rules an activation keeps too (part 2 "Activation rules"), by the same function
+    (plugins/planning.py): one plugin per role (a media type, a connector kind, an ingestion space,
+    a retrieval profile), per extension namespace and per ingestion source format. A break is named
+    at the table key that chose it (routes, kinds, spaces), else at the manifest that declares it."""
+    members = [candidate_of(plugin_id, plugin.pinned.manifest, plugin.roles) for plugin_id, plugin in pinned.items()]
+    for conflict in declaration_conflicts(members):
+        setting = conflict.setting if conflict.setting in _TABLE_SETTINGS else "manifest"
+        yield f"plugins.{conflict.member}.{setting}", f"{conflict.what} is already served by plugin {conflict.other}"
 
 
 _SECRET_BYTES = (24, 64)

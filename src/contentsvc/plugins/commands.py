@@ -18,9 +18,26 @@ from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.plugins import events as pe
 from contentsvc.plugins import registry, store
 from contentsvc.plugins.client import PluginClient, PluginTarget, PluginUnreachable
-from contentsvc.plugins.planning import activation_roles, plan_conflicts, rollback_roles
+from contentsvc.plugins.planning import (
+    Candidate,
+    SpaceDefinition,
+    activation_roles,
+    changed_source_formats,
+    plan_conflicts,
+    rollback_roles,
+    spaces_served,
+    transition_conflicts,
+)
 from contentsvc.plugins.registry import Plan, Registration
-from contentsvc.plugins.shapes import ActivationRequest, RegistrationRequest, RollbackRequest, check_registration
+from contentsvc.plugins.shapes import (
+    ActivationRequest,
+    RegistrationRequest,
+    RollbackRequest,
+    check_registration,
+)
+from contentsvc.readmodel.vectors import uncovered_current_versions
+from contentsvc.search.embedding import DIMENSIONS, METRIC, MODEL_NAME
+from contentsvc.search.vector_index import SPACE
 
 REGISTRATION = "plugin_registration"
 ACTIVATION = "plugin_activation"
@@ -85,6 +102,34 @@ async def _candidates(conn: AsyncConnection) -> dict[str, Registration]:
     return {r.registration_id: r for r in await registry.registrations(conn)}
 
 
+# The engine owns its vector space (part 1 "Corpus vector space": owner engine or an ingestion
+# plugin): a plugin declaring a space of that name must not change what its vectors are.
+ENGINE_SPACES = (SpaceDefinition(SPACE, MODEL_NAME, DIMENSIONS, METRIC),)
+
+
+async def _refuse_breaks(conn: AsyncConnection, active: dict[str, str], roles: dict[str, str],
+                         candidates: dict[str, Candidate], *, activation: bool) -> None:
+    """409 plugin_conflict listing every startup rule the new plan breaks (part 2 "Activation
+    rules"), then the coverage rule: changing the ingestion plugin serving a source format needs
+    complete primary-vector coverage of every current Version. Call with the registry lock held,
+    before anything is committed: a refusal leaves the plan unchanged."""
+    history = [plan.role_map for plan in await registry.every_plan(conn)]
+    breaks = plan_conflicts(roles, candidates) + transition_conflicts(
+        active, roles, candidates, activation=activation,
+        known_spaces=spaces_served(history, candidates, ENGINE_SPACES))
+    changed = changed_source_formats(active, roles, candidates)
+    if changed:
+        versions, corpora = await uncovered_current_versions(conn)
+        if versions:
+            breaks.append(f"primary-vector coverage: changing the ingestion plugin serving source format"
+                          f"{'s' if len(changed) > 1 else ''} {', '.join(changed)} needs every current Version "
+                          f"embedded, and {versions} current Version{'s' if versions > 1 else ''} in {corpora} "
+                          f"Corp{'ora' if corpora > 1 else 'us'} still lack{'' if versions > 1 else 's'} their "
+                          "primary vectors (listVectorSpaces shows each Corpus's coverage)")
+    if breaks:
+        raise ApiError(409, "plugin_conflict", "The plan would break the startup rules: " + "; ".join(breaks))
+
+
 async def activate(conn: AsyncConnection, settings: Settings, registration_id: str,
                    req: ActivationRequest) -> Plan:
     """decisions-part2 refusal order: 404, 422 unsupported_role, 409 registration_not_validated,
@@ -116,10 +161,9 @@ async def activate(conn: AsyncConnection, settings: Settings, registration_id: s
         if current.state not in ACTIVATABLE:
             raise ApiError(409, "registration_not_validated", f"The registration is {current.state}.")
         candidates = {rid: r.candidate() for rid, r in by_id.items()}
-        roles = activation_roles(active.role_map if active else {}, candidates, candidates[registration_id])
-        breaks = plan_conflicts(roles, candidates)
-        if breaks:
-            raise ApiError(409, "plugin_conflict", "The plan would break the startup rules: " + "; ".join(breaks))
+        before = active.role_map if active else {}
+        roles = activation_roles(before, candidates, candidates[registration_id])
+        await _refuse_breaks(conn, before, roles, candidates, activation=True)
         plan_id = new_id("plan")
         prior = await idempotency.claim_one(conn, pe.DEPLOYMENT_ORG, ACTIVATION, req.idempotency_key, digest, 200,
                                             "plugin_plan", plan_id)
@@ -161,8 +205,7 @@ async def rollback(conn: AsyncConnection, settings: Settings, req: RollbackReque
             raise ApiError(409, "plugin_conflict", "Another plan was committed meanwhile; send the rollback again.",
                            retryable=True)
         candidates = {rid: r.candidate() for rid, r in by_id.items()}
-        breaks = plan_conflicts(roles, candidates)
-        if breaks:
-            raise ApiError(409, "plugin_conflict", "The plan would break the startup rules: " + "; ".join(breaks))
+        # part 2 "Rollback": a rollback that would break a startup rule is refused like an activation
+        await _refuse_breaks(conn, active.role_map, roles, candidates, activation=False)
         return await registry.commit_plan(conn, "rollback", roles, active, by_id, utc_now(), plan_id=plan_id,
                                           pinned_work_option=req.pinned_work)

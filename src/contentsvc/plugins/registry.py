@@ -24,7 +24,7 @@ from contentsvc.journal.store import append
 from contentsvc.logging import get_logger
 from contentsvc.plugins import events as pe
 from contentsvc.plugins.manifest import parse_manifest
-from contentsvc.plugins.planning import Candidate
+from contentsvc.plugins.planning import Candidate, candidate_of
 from contentsvc.plugins.shapes import (
     CheckObject,
     PipelinePlan,
@@ -106,10 +106,7 @@ class Registration:
     updated_at: str
 
     def candidate(self) -> Candidate:
-        manifest = parse_manifest(self.manifest.encode("utf-8")).manifest
-        normalizer = manifest.contributions.normalizer
-        namespaces = tuple(d.namespace for d in (normalizer.extensions or [])) if normalizer else ()
-        return Candidate(self.registration_id, self.plugin_id, self.version, tuple(self.roles), namespaces)
+        return candidate_of(self.registration_id, parse_manifest(self.manifest.encode("utf-8")).manifest, self.roles)
 
     def view(self) -> PluginRegistration:
         return PluginRegistration(registration_id=self.registration_id, plugin_id=self.plugin_id,
@@ -206,6 +203,11 @@ async def active_plan(conn: AsyncConnection) -> Plan | None:
     """The active plan: the one committed last."""
     found = await _plans(conn, "TRUE", (), 1)
     return found[0][1] if found else None
+
+
+async def every_plan(conn: AsyncConnection) -> list[Plan]:
+    """Every plan, oldest first (what vector-space ownership reads: the spaces ever served)."""
+    return [p for _, p in reversed(await _plans(conn, "TRUE", (), 2**31 - 1))]
 
 
 async def plan(conn: AsyncConnection, plan_id: str) -> Plan | None:

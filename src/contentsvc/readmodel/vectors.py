@@ -96,3 +96,18 @@ async def segments(conn: AsyncConnection, labels: list[int]) -> dict[int, tuple[
     cur = await conn.execute(
         "SELECT label, version_id, record_id, part_key, segment_start FROM vectors WHERE label = ANY(%s)", (labels,))
     return {r[0]: tuple(r[1:]) for r in await cur.fetchall()}
+
+
+async def uncovered_current_versions(conn: AsyncConnection) -> tuple[int, int]:
+    """(current Versions, Corpora holding them) deployment-wide whose primary vectors are not all
+    there yet: the Version of a non-withdrawn Record in a Corpus whose generation has a vector
+    space, not yet enriched (`record.enriched` marks a Version whose segments all hold a vector,
+    none included; a Version whose enrichment is blocked stays uncovered). Part 2 "Activation
+    rules": changing the ingestion plugin serving a source format needs this to be (0, 0)."""
+    cur = await conn.execute(
+        "SELECT count(*), count(DISTINCT (r.org_id, r.corpus_id)) FROM records r"
+        " JOIN versions v ON v.version_id = r.current_version_id"
+        " JOIN corpora c ON c.org_id = r.org_id AND c.corpus_id = r.corpus_id"
+        " WHERE NOT r.withdrawn AND NOT v.enriched AND c.vector_spaces <> '[]'::jsonb")
+    versions, corpora = await cur.fetchone()
+    return versions, corpora

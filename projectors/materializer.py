@@ -207,7 +207,14 @@ class MaterializerProjector(TableFold):
     async def step(self, conn: AsyncConnection) -> bool:
         more = await super().step(conn)
         more = await self._settle_calls(conn) or more
-        return await self._start_calls(conn) or more
+        more = await self._start_calls(conn) or more
+        if not more and self._calls:
+            # Nothing else to do: give the attempts in flight a moment, and settle them as soon as
+            # one ends rather than at the runner's next look.
+            done, _ = await asyncio.wait([call.task for call in self._calls.values()],
+                                         timeout=IN_FLIGHT_POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+            more = bool(done)
+        return more
 
     async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
         commands = [e for e in events if e.kind in (ev.INGEST_ACCEPTED, ev.WITHDRAWAL_ACCEPTED)]

@@ -209,10 +209,10 @@ class MaterializerProjector(TableFold):
         more = await self._settle_calls(conn) or more
         more = await self._start_calls(conn) or more
         if not more and self._calls:
-            # Nothing else to do: give the attempts in flight a moment, and settle them as soon as
-            # one ends rather than at the runner's next look.
+            # Nothing else to do: give the attempts in flight a moment, so that those ending
+            # together are settled together (one commit) and none waits for the runner's poll.
             done, _ = await asyncio.wait([call.task for call in self._calls.values()],
-                                         timeout=IN_FLIGHT_POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+                                         timeout=IN_FLIGHT_POLL_SECONDS)
             more = bool(done)
         return more
 

@@ -48,6 +48,9 @@ class Projector(ABC):
 
     name: ClassVar[str]
     batch_size: ClassVar[int] = 1000
+    # One process of this kind at a time (a session advisory lock), unless the work is shared out
+    # by row leases (the deliveries worker), when any number may run side by side.
+    single_instance: ClassVar[bool] = True
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Projector":

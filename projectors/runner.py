@@ -1,7 +1,8 @@
 """The process every projector runs: `contentsvc projector run NAME`.
 
 One instance per projector holds a session advisory lock; a second one
-waits. The loop folds a batch (projectors/base.py: the output and the
+waits (a worker whose work is shared out by row leases, `single_instance`
+False, takes no lock: several run side by side). The loop folds a batch (projectors/base.py: the output and the
 checkpoint commit together), and when the journal has nothing more it
 waits for a commit notification, polling as a fallback.
 
@@ -110,7 +111,7 @@ async def run(
             async with (_connection(url, projector, settings) as listener,
                         _connection(url, projector, settings) as work):
                 await listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                if not await _take_lock(work, projector, poll_seconds, stop):
+                if projector.single_instance and not await _take_lock(work, projector, poll_seconds, stop):
                     return
                 await work.set_autocommit(False)
                 await projector.open(work)

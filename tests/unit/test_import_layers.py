@@ -50,7 +50,11 @@ SLICE_PARTS = {"routes": "api", "commands": "commands", "workers": "projectors",
                # The plugins slice's foundation: the contract check (run by the plugins worker and the
                # CLI), the one HTTP client to plugins (an outbound adapter, like storage), and the
                # manifest, which the startup configuration validates, so it sits below config.
-               "contract_check": "search", "client": "storage", "manifest": "manifest"}
+               "contract_check": "search", "client": "storage", "manifest": "manifest",
+               # The monitoring slice's deliveries: the worker, the tables' one writer (read side),
+               # the pure webhook bytes and signing, the delivery.changed payload, the read routes.
+               "deliverer": "projectors", "deliveries": "readmodel", "webhooks": "domain",
+               "delivery_events": "slice_events", "delivery_routes": "api"}
 
 # The domain computes; it never reaches a database, a network, an index or a server.
 DOMAIN_FORBIDDEN = ("psycopg", "psycopg_pool", "httpx", "tantivy", "hnswlib", "litestar", "uvicorn", "os",

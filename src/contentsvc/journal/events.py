@@ -25,6 +25,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from contentsvc.ids import new_id
+from contentsvc.monitoring.delivery_events import DeliveryChanged
 from contentsvc.plugins.events import (
     PluginChecked,
     PluginPlanCommitted,
@@ -295,6 +296,8 @@ Payload = Union[
     OperationChanged,
     # the plugin registry (plugins/events.py)
     PluginRegistered, PluginChecked, PluginStateChanged, PluginPlanCommitted,
+    # monitoring (monitoring/delivery_events.py)
+    DeliveryChanged,
 ]
 PAYLOAD_TYPES: dict[str, type[EventPayload]] = {t.__struct_config__.tag: t for t in Payload.__args__}
 PUBLIC_KINDS = frozenset(kind for kind, t in PAYLOAD_TYPES.items() if t.public)

@@ -1,0 +1,131 @@
+"""The `deliveries` worker (decisions-part2, "Deliveries"; design.md, "Part 2"): sends each due
+Delivery's notice to its destination as a Standard Webhooks POST, at least once.
+
+Each step claims up to `[deliveries] concurrency` due Deliveries in one transaction (row locks
+with SKIP LOCKED and a lease of the attempt timeout + 5 s: two worker processes never attempt the
+same Delivery at once, so several may run), sends them concurrently with no transaction open,
+then records each outcome and the Delivery's new state in a transaction of its own. A worker
+killed between the send and the record leaves a lease that expires; the attempt is then sent
+again by any worker, with the same body and `webhook-id` (the receiver deduplicates).
+
+Redirects are not followed (a 3xx is a failed attempt). The whole attempt, connection to the
+first 512 bytes of the answer, is bounded by `attempt_timeout_seconds`. Logged per attempt:
+delivery_id, number, status_code, error_code, duration_ms; never a header, a body or a secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from datetime import datetime, timezone
+
+import httpx
+from psycopg import AsyncConnection
+
+from contentsvc.config import Settings
+from contentsvc.logging import get_logger
+from contentsvc.monitoring import deliveries
+from contentsvc.monitoring.deliveries import EXCERPT_BYTES, Claim, Outcome
+from contentsvc.monitoring.webhooks import request_headers
+from contentsvc.projectors.base import Projector
+
+log = get_logger("contentsvc.deliveries")
+
+IDLE_POLL_CAP_SECONDS = 1.0  # without a commit to wake it, the worker looks again at least this often
+DESTINATION_RECHECK_SECONDS = 5.0  # how often held destination_unconfigured Deliveries are looked at
+
+
+def _tls_failure(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+class DeliveriesWorker(Projector):
+    name = "deliveries"
+    single_instance = False  # leases share the work: any number may run
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.delivery_settings = settings.deliveries
+        self.client: httpx.AsyncClient | None = None
+        self._idle_poll: float | None = None
+        self._destinations_checked = 0.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "DeliveriesWorker":
+        return cls(settings)
+
+    @property
+    def configured(self) -> set[str]:
+        return set(self.settings.destinations)
+
+    async def open(self, conn: AsyncConnection) -> None:
+        self._http()
+
+    def _http(self) -> httpx.AsyncClient:
+        if self.client is None:
+            self.client = httpx.AsyncClient(follow_redirects=False, trust_env=False,
+                                            timeout=self.delivery_settings.attempt_timeout_seconds)
+        return self.client
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
+            self.client = None
+
+    def idle_poll_seconds(self) -> float | None:
+        return self._idle_poll
+
+    async def step(self, conn: AsyncConnection) -> bool:
+        if time.monotonic() >= self._destinations_checked + DESTINATION_RECHECK_SECONDS:
+            await deliveries.release_configured_destinations(conn, self.configured)
+            self._destinations_checked = time.monotonic()
+        limit = self.delivery_settings.concurrency
+        claims = await deliveries.claim_due(conn, self.delivery_settings, self.configured, limit)
+        if claims:
+            # Every transaction is closed here: the sends run outside the database.
+            outcomes = await asyncio.gather(*(self.send(claim) for claim in claims))
+            for claim, outcome in zip(claims, outcomes):
+                state = await deliveries.record_attempt(conn, claim, outcome, self.delivery_settings)
+                log.info("delivery_attempt", delivery_id=claim.delivery_id, number=claim.number,
+                         status_code=outcome.status_code, error_code=outcome.error_code,
+                         duration_ms=outcome.duration_ms, state=state, lease_lost=state is None)
+        due_in = await deliveries.next_due_in(conn)
+        self._idle_poll = IDLE_POLL_CAP_SECONDS if due_in is None else min(max(due_in, 0.05), IDLE_POLL_CAP_SECONDS)
+        return len(claims) == limit
+
+    async def send(self, claim: Claim) -> Outcome:
+        """One attempt: POST the stored body, signed now; what came back, never what was sent."""
+        destination = self.settings.destinations[claim.destination_id]
+        headers = request_headers(destination, claim.event_id, int(time.time()), claim.body)
+        started = datetime.now(timezone.utc)
+        status_code = error_code = retry_after = None
+        received = b""
+        try:
+            async with asyncio.timeout(self.delivery_settings.attempt_timeout_seconds):
+                async with self._http().stream("POST", destination.url, content=claim.body,
+                                              headers=headers) as response:
+                    status_code = response.status_code
+                    if not 200 <= status_code < 300:
+                        error_code = "http_status"
+                        retry_after = response.headers.get("retry-after")
+                    async for chunk in response.aiter_bytes():
+                        received += chunk
+                        if len(received) >= EXCERPT_BYTES:
+                            break
+        except (TimeoutError, httpx.TimeoutException):
+            error_code = "timeout"
+        except httpx.ConnectError as exc:
+            error_code = "tls_error" if _tls_failure(exc) else "connect_error"
+        except httpx.HTTPError as exc:  # a broken or unreadable answer
+            error_code = "tls_error" if _tls_failure(exc) else "invalid_response"
+        finished = datetime.now(timezone.utc)
+        if status_code is not None and 200 <= status_code < 300:
+            error_code = None  # a 2xx status line is the receiver's acceptance, whatever its body did next
+        return Outcome(started_at=started, finished_at=finished, status_code=status_code, error_code=error_code,
+                       response_excerpt=deliveries.excerpt(received), retry_after=retry_after)

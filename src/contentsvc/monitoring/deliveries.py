@@ -1,0 +1,439 @@
+"""Deliveries and Attempts (decisions-part2, "Deliveries"): the durable record of each notice of a
+Match, its state machine, and the leases the `deliveries` worker sends under.
+
+A Delivery row is the record of truth; each move of its `state` or `held` commits the public
+`delivery.changed` (Corpus of the Match) in the same transaction. The functions that change rows
+run inside the caller's open transaction and return the events to append, so that a caller
+committing its own events (the evaluator's `match.created`, a Subscription's disable) appends them
+all at once, last, as journal/store.append asks. The worker's own steps (`claim_due`,
+`record_attempt`) open their own transactions.
+
+States: `pending` -> `succeeded` (2xx) | `failed` (`destination_gone` on 410, `attempts_exhausted`
+after the last scheduled attempt, `delivery_window_expired` when due past `window_ends_at`).
+A pending Delivery with `held` set is parked: never attempted, no `next_attempt_at`.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+
+from contentsvc.config.settings import DeliverySettings
+from contentsvc.domain.clock import iso
+from contentsvc.ids import new_id
+from contentsvc.journal.events import NewEvent
+from contentsvc.journal.store import transaction as journal_transaction
+from contentsvc.journal.store import append
+from contentsvc.monitoring.delivery_events import DeliveryChanged
+from contentsvc.monitoring.webhooks import WebhookEvent, webhook_body
+
+MATCH_CREATED = "match.created"
+MATCH_WITHDRAWN = "match.withdrawn"
+HELD_DISABLED = "subscription_disabled"
+HELD_DELETED = "subscription_deleted"
+HELD_UNCONFIGURED = "destination_unconfigured"
+DESTINATION_GONE = "destination_gone"
+ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+WINDOW_EXPIRED = "delivery_window_expired"
+EXCERPT_BYTES = 512
+LEASE_MARGIN_SECONDS = 5  # the lease of an attempt: its timeout + this
+
+
+# ------------------------------------------------------------------------- views
+
+
+class Delivery(msgspec.Struct, kw_only=True, omit_defaults=True):
+    delivery_id: str
+    event_id: str
+    match_id: str
+    subscription_id: str
+    destination_id: str
+    event_type: str
+    state: str
+    attempts: int
+    created_at: str
+    held: str | UnsetType = UNSET
+    next_attempt_at: str | UnsetType = UNSET
+    last_attempt_at: str | UnsetType = UNSET
+    succeeded_at: str | UnsetType = UNSET
+    failed_at: str | UnsetType = UNSET
+    last_error: dict[str, Any] | UnsetType = UNSET
+    window_ends_at: str | UnsetType = UNSET
+
+
+class Attempt(msgspec.Struct, kw_only=True, omit_defaults=True):
+    attempt_id: str
+    delivery_id: str
+    number: int
+    started_at: str
+    finished_at: str
+    duration_ms: int
+    response_excerpt: str
+    status_code: int | UnsetType = UNSET
+    error_code: str | UnsetType = UNSET
+
+
+_DELIVERY_COLUMNS = """delivery_id, event_id, match_id, subscription_id, destination_id, event_type, state,
+    attempts, created_at, held, next_attempt_at, last_attempt_at, succeeded_at, failed_at, last_error,
+    window_ends_at"""
+
+
+def _optional(value):
+    if value is None:
+        return UNSET
+    return iso(value) if isinstance(value, datetime) else value
+
+
+def _delivery(row) -> Delivery:
+    (delivery_id, event_id, match_id, subscription_id, destination_id, event_type, state, attempts, created_at,
+     held, next_attempt_at, last_attempt_at, succeeded_at, failed_at, last_error, window_ends_at) = row
+    return Delivery(delivery_id=delivery_id, event_id=event_id, match_id=match_id, subscription_id=subscription_id,
+                    destination_id=destination_id, event_type=event_type, state=state, attempts=attempts,
+                    created_at=iso(created_at), held=_optional(held), next_attempt_at=_optional(next_attempt_at),
+                    last_attempt_at=_optional(last_attempt_at), succeeded_at=_optional(succeeded_at),
+                    failed_at=_optional(failed_at), last_error=_optional(last_error),
+                    window_ends_at=_optional(window_ends_at))
+
+
+async def get_delivery(conn: AsyncConnection, delivery_id: str) -> tuple[str, str, Delivery] | None:
+    """(org_id, corpus_id, Delivery), or None."""
+    cur = await conn.execute(f"SELECT org_id, corpus_id, {_DELIVERY_COLUMNS} FROM deliveries WHERE delivery_id = %s",
+                             (delivery_id,))
+    row = await cur.fetchone()
+    return None if row is None else (row[0], row[1], _delivery(row[2:]))
+
+
+async def list_attempts(conn: AsyncConnection, delivery_id: str, after_number: int = 0,
+                        limit: int = 100) -> list[Attempt]:
+    """Attempts in ascending `number`, after `after_number`."""
+    cur = await conn.execute(
+        "SELECT attempt_id, delivery_id, number, started_at, finished_at, duration_ms, response_excerpt,"
+        " status_code, error_code FROM delivery_attempts WHERE delivery_id = %s AND number > %s"
+        " ORDER BY number LIMIT %s", (delivery_id, after_number, limit))
+    return [Attempt(attempt_id=r[0], delivery_id=r[1], number=r[2], started_at=iso(r[3]), finished_at=iso(r[4]),
+                    duration_ms=r[5], response_excerpt=r[6], status_code=_optional(r[7]), error_code=_optional(r[8]))
+            for r in await cur.fetchall()]
+
+
+# ------------------------------------------------------------------------- schedule (pure)
+
+
+def retry_after_seconds(value: str | None, now: datetime) -> float | None:
+    """A `Retry-After` header's delay: delta-seconds or an HTTP date; None when absent or unreadable."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(int(value))
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - now).total_seconds())
+
+
+def next_delay(settings: DeliverySettings, number: int, retry_after: float | None,
+               rng: random.Random | None = None) -> float:
+    """Seconds between the end of attempt `number` (1-based) and attempt `number + 1`: the schedule's
+    entry, jittered ×U(1-jitter, 1+jitter) unless it is 0, raised to a Retry-After capped at
+    `max_retry_after_seconds`. Only called while a scheduled attempt remains."""
+    base = float(settings.retry_schedule[number])
+    if base > 0 and settings.jitter > 0:
+        base *= (rng or random).uniform(1 - settings.jitter, 1 + settings.jitter)
+    if retry_after is not None:
+        base = max(base, min(retry_after, float(settings.max_retry_after_seconds)))
+    return base
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt saw (the worker fills it; nothing of the request is kept)."""
+
+    started_at: datetime
+    finished_at: datetime
+    status_code: int | None
+    error_code: str | None  # timeout, connect_error, tls_error, http_status, invalid_response
+    response_excerpt: str
+    retry_after: str | None = None  # the raw Retry-After header of a non-2xx answer
+
+    @property
+    def duration_ms(self) -> int:
+        return max(0, round((self.finished_at - self.started_at).total_seconds() * 1000))
+
+    @property
+    def succeeded(self) -> bool:
+        return self.error_code is None and self.status_code is not None and 200 <= self.status_code < 300
+
+
+def excerpt(body: bytes) -> str:
+    """The first 512 bytes of a response body, decoded as UTF-8 with replacement."""
+    return body[:EXCERPT_BYTES].decode("utf-8", errors="replace")
+
+
+# ------------------------------------------------------------------------- events
+
+
+def _changed(org_id: str, corpus_id: str, delivery_id: str, match_id: str, state: str, held: str | None,
+             attempts: int, changed_at: datetime, last_error: dict | None = None) -> NewEvent:
+    payload = DeliveryChanged(delivery_id=delivery_id, match_id=match_id, state=state, held=held, attempts=attempts,
+                              last_error=UNSET if last_error is None else last_error, changed_at=iso(changed_at))
+    return NewEvent(org_id=org_id, corpus_id=corpus_id, subject_type="delivery", subject_id=delivery_id,
+                    payload=payload)
+
+
+async def _now(conn: AsyncConnection) -> datetime:
+    cur = await conn.execute("SELECT now()")
+    return (await cur.fetchone())[0]
+
+
+# ------------------------------------------------------------------------- creation
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A Match's notice, as the evaluator commits it."""
+
+    org_id: str
+    corpus_id: str  # the Corpus of the Match
+    match_id: str
+    subscription_id: str
+    subscription_version_id: str
+    saved_query_id: str
+    saved_query_version_id: str
+    record_id: str
+    version_id: str
+    destination_id: str  # the one of the Subscription Version that produced the Match
+    event_type: str  # match.created or match.withdrawn
+    owner: str | None = None
+
+
+async def create_delivery(conn: AsyncConnection, notice: Notice, settings: DeliverySettings,
+                          held: str | None = None) -> Delivery:
+    """The notice's Delivery, inside the caller's transaction (the one committing the Match event).
+
+    `held` is the Subscription's state at the commit: `subscription_disabled` or `subscription_deleted`
+    park it. Its window runs from now, except a `match.withdrawn` notice committed for a disabled or
+    deleted Subscription, which has none until a re-enable. Its first attempt is due
+    `retry_schedule[0]` after the commit (never jittered). One Delivery per (Match, event type): a
+    second call returns the first. Creation itself commits no `delivery.changed` (the Match's own
+    event announces it); its later moves do.
+    """
+    now = await _now(conn)
+    event_id = new_id("wev")
+    body = webhook_body(WebhookEvent(
+        event_id=event_id, type=notice.event_type, created_at=iso(now), subscription_id=notice.subscription_id,
+        subscription_version_id=notice.subscription_version_id, saved_query_id=notice.saved_query_id,
+        saved_query_version_id=notice.saved_query_version_id, match_id=notice.match_id, corpus_id=notice.corpus_id,
+        record_id=notice.record_id, version_id=notice.version_id,
+        owner=UNSET if notice.owner is None else notice.owner))
+    window = None if held is not None and notice.event_type == MATCH_WITHDRAWN \
+        else now + timedelta(seconds=settings.window_seconds)
+    due = None if held is not None else now + timedelta(seconds=settings.retry_schedule[0])
+    cur = await conn.execute(
+        f"""INSERT INTO deliveries (delivery_id, event_id, org_id, corpus_id, match_id, subscription_id,
+                destination_id, event_type, held, next_attempt_at, created_at, window_ends_at, body)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+            ON CONFLICT (match_id, event_type) DO NOTHING RETURNING {_DELIVERY_COLUMNS}""",
+        (new_id("dlv"), event_id, notice.org_id, notice.corpus_id, notice.match_id, notice.subscription_id,
+         notice.destination_id, notice.event_type, held, due, now, window, body))
+    row = await cur.fetchone()
+    if row is None:
+        cur = await conn.execute(f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE match_id = %s AND event_type = %s",
+                                 (notice.match_id, notice.event_type))
+        row = await cur.fetchone()
+    return _delivery(row)
+
+
+# ------------------------------------------------------------------------- holds
+
+
+async def hold_subscription(conn: AsyncConnection, subscription_id: str, reason: str) -> list[NewEvent]:
+    """Disable (`subscription_disabled`) or delete (`subscription_deleted`): park every pending Delivery
+    of the Subscription, inside the caller's transaction; returns the `delivery.changed` events to
+    append. An attempt in flight finishes and is recorded (record_attempt keeps the hold). A deleted
+    Subscription's hold is never replaced; a disable replaces `destination_unconfigured`."""
+    if reason not in (HELD_DISABLED, HELD_DELETED):
+        raise ValueError(reason)
+    replaceable = [HELD_UNCONFIGURED] if reason == HELD_DISABLED else [HELD_UNCONFIGURED, HELD_DISABLED]
+    cur = await conn.execute(
+        """UPDATE deliveries SET held = %s, next_attempt_at = NULL
+           WHERE subscription_id = %s AND state = 'pending' AND (held IS NULL OR held = ANY(%s))
+           RETURNING org_id, corpus_id, delivery_id, match_id, attempts, now()""",
+        (reason, subscription_id, replaceable))
+    return [_changed(org, corpus, delivery_id, match_id, "pending", reason, attempts, now)
+            for org, corpus, delivery_id, match_id, attempts, now in await cur.fetchall()]
+
+
+async def release_subscription(conn: AsyncConnection, subscription_id: str,
+                               settings: DeliverySettings) -> list[NewEvent]:
+    """Enable: every Delivery held `subscription_disabled` becomes due at once, inside the caller's
+    transaction. A `match.withdrawn` notice committed while disabled gets its window now
+    (re-enable + window_seconds); a Delivery whose window has passed fails `delivery_window_expired`
+    without an attempt."""
+    now = await _now(conn)
+    cur = await conn.execute(
+        """SELECT org_id, corpus_id, delivery_id, match_id, attempts, window_ends_at FROM deliveries
+           WHERE subscription_id = %s AND state = 'pending' AND held = %s ORDER BY delivery_id FOR UPDATE""",
+        (subscription_id, HELD_DISABLED))
+    events = []
+    for org, corpus, delivery_id, match_id, attempts, window in await cur.fetchall():
+        if window is None:
+            window = now + timedelta(seconds=settings.window_seconds)
+        if window <= now:
+            error = {"code": WINDOW_EXPIRED, "at": iso(now)}
+            await conn.execute(
+                """UPDATE deliveries SET state = 'failed', held = NULL, next_attempt_at = NULL, failed_at = %s,
+                   last_error = %s WHERE delivery_id = %s""", (now, Jsonb(error), delivery_id))
+            events.append(_changed(org, corpus, delivery_id, match_id, "failed", None, attempts, now, error))
+        else:
+            await conn.execute(
+                "UPDATE deliveries SET held = NULL, next_attempt_at = %s, window_ends_at = %s WHERE delivery_id = %s",
+                (now, window, delivery_id))
+            events.append(_changed(org, corpus, delivery_id, match_id, "pending", None, attempts, now))
+    return events
+
+
+# ------------------------------------------------------------------------- the worker's steps
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One attempt a worker may send: the lease is its own until `lease_token` is replaced."""
+
+    delivery_id: str
+    event_id: str
+    destination_id: str
+    body: bytes
+    number: int
+    lease_token: str
+
+
+async def claim_due(conn: AsyncConnection, settings: DeliverySettings, configured: set[str],
+                    limit: int) -> list[Claim]:
+    """One transaction: the due Deliveries no live lease holds, locked with SKIP LOCKED so that two
+    workers never take the same one. Each due one past its window fails `delivery_window_expired`;
+    one whose destination the startup file does not name is held `destination_unconfigured`
+    (its window keeps running); the others are leased for the attempt timeout + 5 s."""
+    lease_seconds = settings.attempt_timeout_seconds + LEASE_MARGIN_SECONDS
+    claims: list[Claim] = []
+    async with journal_transaction(conn):
+        now = await _now(conn)
+        cur = await conn.execute(
+            """SELECT org_id, corpus_id, delivery_id, match_id, event_id, destination_id, body, attempts,
+                      window_ends_at FROM deliveries
+               WHERE state = 'pending' AND held IS NULL AND next_attempt_at <= now()
+                 AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+               ORDER BY next_attempt_at LIMIT %s FOR UPDATE SKIP LOCKED""", (limit,))
+        events = []
+        for org, corpus, delivery_id, match_id, event_id, destination_id, body, attempts, window in \
+                await cur.fetchall():
+            if window is not None and window <= now:
+                error = {"code": WINDOW_EXPIRED, "at": iso(now)}
+                await conn.execute(
+                    """UPDATE deliveries SET state = 'failed', next_attempt_at = NULL, failed_at = %s,
+                       last_error = %s, lease_token = NULL, lease_expires_at = NULL WHERE delivery_id = %s""",
+                    (now, Jsonb(error), delivery_id))
+                events.append(_changed(org, corpus, delivery_id, match_id, "failed", None, attempts, now, error))
+            elif destination_id not in configured:
+                await conn.execute("UPDATE deliveries SET held = %s, next_attempt_at = NULL WHERE delivery_id = %s",
+                                   (HELD_UNCONFIGURED, delivery_id))
+                events.append(_changed(org, corpus, delivery_id, match_id, "pending", HELD_UNCONFIGURED, attempts,
+                                       now))
+            else:
+                token = uuid.uuid4().hex
+                await conn.execute(
+                    """UPDATE deliveries SET lease_token = %s, lease_expires_at = now() + make_interval(secs => %s)
+                       WHERE delivery_id = %s""", (token, lease_seconds, delivery_id))
+                claims.append(Claim(delivery_id, event_id, destination_id, bytes(body), attempts + 1, token))
+        await append(conn, events)
+    return claims
+
+
+async def release_configured_destinations(conn: AsyncConnection, configured: set[str]) -> int:
+    """Deliveries held `destination_unconfigured` whose destination the startup file names again
+    become due at once (their window kept running; claim_due fails those past it)."""
+    async with journal_transaction(conn):
+        cur = await conn.execute(
+            """UPDATE deliveries SET held = NULL, next_attempt_at = now()
+               WHERE state = 'pending' AND held = %s AND destination_id = ANY(%s)
+               RETURNING org_id, corpus_id, delivery_id, match_id, attempts, now()""",
+            (HELD_UNCONFIGURED, sorted(configured)))
+        rows = await cur.fetchall()
+        await append(conn, [_changed(org, corpus, delivery_id, match_id, "pending", None, attempts, now)
+                            for org, corpus, delivery_id, match_id, attempts, now in rows])
+    return len(rows)
+
+
+async def record_attempt(conn: AsyncConnection, claim: Claim, outcome: Outcome,
+                         settings: DeliverySettings) -> str | None:
+    """One transaction: the Attempt and the Delivery's new state, if the lease is still this claim's
+    (else another worker took the Delivery over after the lease expired and records its own attempt
+    of the same number: this outcome is dropped, the notice was still sent at least once). Returns
+    the new state, or None when the lease was lost.
+
+    2xx -> succeeded; 410 -> failed destination_gone; any other answer or error -> the next
+    scheduled attempt (Retry-After raising its delay), or failed attempts_exhausted after the last.
+    A hold set while the attempt was in flight keeps the Delivery parked."""
+    async with journal_transaction(conn):
+        cur = await conn.execute(
+            """SELECT org_id, corpus_id, match_id, state, held FROM deliveries
+               WHERE delivery_id = %s AND lease_token = %s FOR UPDATE""", (claim.delivery_id, claim.lease_token))
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        org, corpus, match_id, old_state, held = row
+        finished = outcome.finished_at
+        await conn.execute(
+            """INSERT INTO delivery_attempts (attempt_id, delivery_id, number, started_at, finished_at,
+                   status_code, error_code, duration_ms, response_excerpt)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (delivery_id, number) DO NOTHING""",
+            (new_id("att"), claim.delivery_id, claim.number, outcome.started_at, finished, outcome.status_code,
+             outcome.error_code, outcome.duration_ms, outcome.response_excerpt))
+        attempt_error = None if outcome.succeeded else {
+            "code": outcome.error_code or "http_status", "at": iso(finished),
+            **({"status_code": outcome.status_code} if outcome.status_code is not None else {})}
+        state, next_at, last_error = "pending", None, attempt_error
+        if outcome.succeeded:
+            state = "succeeded"
+        elif outcome.status_code == 410:
+            state, last_error = "failed", {**attempt_error, "code": DESTINATION_GONE}
+        elif claim.number >= len(settings.retry_schedule):
+            state, last_error = "failed", {**attempt_error, "code": ATTEMPTS_EXHAUSTED}
+        elif held is None:
+            delay = next_delay(settings, claim.number, retry_after_seconds(outcome.retry_after, finished))
+            next_at = finished + timedelta(seconds=delay)
+        # A terminal state leaves nothing parked: only a deleted Subscription's hold stays (never cleared).
+        new_held = held if state == "pending" or held == HELD_DELETED else None
+        await conn.execute(
+            """UPDATE deliveries SET state = %s, held = %s, attempts = %s, next_attempt_at = %s,
+                   last_attempt_at = %s, succeeded_at = CASE WHEN %s = 'succeeded' THEN %s END,
+                   failed_at = CASE WHEN %s = 'failed' THEN %s END, last_error = %s,
+                   lease_token = NULL, lease_expires_at = NULL
+               WHERE delivery_id = %s""",
+            (state, new_held, claim.number, next_at, finished, state, finished, state, finished,
+             None if last_error is None else Jsonb(last_error), claim.delivery_id))
+        if state != old_state or new_held != held:
+            await append(conn, [_changed(org, corpus, claim.delivery_id, match_id, state, new_held, claim.number,
+                                         finished, last_error)])
+    return state
+
+
+async def next_due_in(conn: AsyncConnection) -> float | None:
+    """Seconds until the earliest pending, unheld Delivery is due (or its lease ends); None when none."""
+    async with conn.transaction():
+        cur = await conn.execute(
+            """SELECT extract(epoch FROM min(greatest(next_attempt_at, coalesce(lease_expires_at, next_attempt_at)))
+                      - now()) FROM deliveries WHERE state = 'pending' AND held IS NULL""")
+        row = await cur.fetchone()
+    return None if row[0] is None else max(0.0, float(row[0]))

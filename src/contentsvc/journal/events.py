@@ -25,6 +25,16 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from contentsvc.ids import new_id
+from contentsvc.monitoring.events import (
+    SavedQueryCommitted,
+    SavedQueryDeleted,
+    SavedQueryRenamed,
+    SavedQueryUpdated,
+    SubscriptionCommitted,
+    SubscriptionDeleted,
+    SubscriptionRenamed,
+    SubscriptionUpdated,
+)
 from contentsvc.plugins.events import (
     PluginChecked,
     PluginPlanCommitted,
@@ -295,6 +305,9 @@ Payload = Union[
     OperationChanged,
     # the plugin registry (plugins/events.py)
     PluginRegistered, PluginChecked, PluginStateChanged, PluginPlanCommitted,
+    # saved queries and subscriptions (monitoring/events.py)
+    SavedQueryCommitted, SavedQueryUpdated, SavedQueryDeleted, SavedQueryRenamed,
+    SubscriptionCommitted, SubscriptionUpdated, SubscriptionDeleted, SubscriptionRenamed,
 ]
 PAYLOAD_TYPES: dict[str, type[EventPayload]] = {t.__struct_config__.tag: t for t in Payload.__args__}
 PUBLIC_KINDS = frozenset(kind for kind, t in PAYLOAD_TYPES.items() if t.public)

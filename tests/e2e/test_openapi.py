@@ -31,6 +31,11 @@ CONTRACT_OPERATIONS = {
     # part 2 plugin administration (its operation ids are not shown there: docs/decisions.md)
     "registerPlugin", "listPlugins", "getPlugin", "activatePlugin", "getActivePlan", "listPlans", "getPlan",
     "rollbackPlan", "listActivePlugins",
+    # part 2 "Saved queries and subscriptions"
+    "createSavedQuery", "getSavedQuery", "getSavedQueryVersion", "createSavedQueryVersion", "deleteSavedQuery",
+    "renameSavedQuery", "listSubscriptions", "createSubscription", "getSubscription", "getSubscriptionVersion",
+    "createSubscriptionVersion", "deleteSubscription", "disableSubscription", "enableSubscription",
+    "renameSubscription",
 }
 NOT_DOCUMENTED = {"OPTIONS", "HEAD"}  # answered by Litestar itself
 
@@ -87,7 +92,9 @@ def test_every_operation_states_its_key_and_errors(doc):
     assert list(stream) == ["text/event-stream"]
     optional = {op["operationId"] for _, _, op in _operations(doc)
                 if op.get("requestBody", {}).get("required") is False}
-    assert optional == {"cancelOperation", "resumeOperation", "confirmUpload"}
+    # ActionRequest bodies may be empty (part 1; part 2 delete/disable/enable take ActionRequest)
+    assert optional == {"cancelOperation", "resumeOperation", "confirmUpload", "deleteSavedQuery",
+                        "deleteSubscription", "disableSubscription", "enableSubscription"}
 
 
 def _resolve(schema: dict, doc: dict) -> dict:
@@ -178,7 +185,10 @@ def test_a_body_valid_by_the_document_is_not_refused_as_invalid(doc, api):
     assert sorted(checked) == sorted([
         "ingestRecord", "withdrawRecord", "ingestBatch", "searchRecords", "createCorpus", "createUpload",
         "confirmUpload", "cancelOperation", "rerunOperation", "resumeOperation", "configureRetrieval",
-        "rebuildCorpusProjection", "registerPlugin", "activatePlugin", "rollbackPlan"])
+        "rebuildCorpusProjection", "registerPlugin", "activatePlugin", "rollbackPlan",
+        "createSavedQuery", "createSavedQueryVersion", "deleteSavedQuery", "renameSavedQuery", "createSubscription",
+        "createSubscriptionVersion", "deleteSubscription", "disableSubscription", "enableSubscription",
+        "renameSubscription"])
 
 
 def test_a_body_breaking_the_document_is_refused_with_a_pointer(doc, api):
@@ -217,7 +227,7 @@ def test_query_parameters_are_held_to_their_documented_bounds(doc, api):
                 assert r.json()["code"] == "invalid_input" and r.json()["field"] == f"/{name}"
             checked.append((op["operationId"], name))
     assert sorted(checked) == [("listCorpora", "limit"), ("listPlans", "limit"), ("listRecords", "limit"),
-                               ("pollChanges", "limit")]
+                               ("listSubscriptions", "limit"), ("pollChanges", "limit")]
 
 
 def test_options_on_every_documented_path_names_exactly_its_documented_methods(doc, server):

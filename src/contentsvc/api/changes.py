@@ -15,7 +15,7 @@ from psycopg_pool import PoolTimeout
 from contentsvc.api.http import Services, respond, services
 from contentsvc.api.routes import Call, Query, Stream, operation
 from contentsvc.auth.principal import Principal, load_principal
-from contentsvc.readmodel.changes import ChangeCursors, read_page, start_position
+from contentsvc.readmodel.changes import ChangeCursors, hidden_families, read_page, start_position
 from contentsvc.config import CHANGE_PAGE_DEFAULT, CHANGE_PAGE_MAX
 from contentsvc.domain.models import ChangePage, NonEmpty
 from contentsvc.domain.errors import ApiError, not_found, storage_unavailable
@@ -63,7 +63,7 @@ async def poll_changes(call: Call[None, PollQuery]) -> Response:
         return respond(ChangePage(items=[], next_cursor=cursors.encode(p, corpus_id, head)))
     after = cursors.decode(p, corpus_id, token)
     async with svc.pool.connection() as conn:
-        events, next_position = await read_page(conn, p.org_id, corpus_id, after, limit)
+        events, next_position = await read_page(conn, p.org_id, corpus_id, after, limit, hidden_families(p))
     return respond(ChangePage(items=[e for _, e in events], next_cursor=cursors.encode(p, corpus_id, next_position)))
 
 
@@ -106,7 +106,8 @@ async def _events(
             return
         seen = svc.feed_moved.count
         async with svc.pool.connection() as conn:
-            events, next_position = await read_page(conn, p.org_id, corpus_id, position, STREAM_PAGE)
+            events, next_position = await read_page(conn, p.org_id, corpus_id, position, STREAM_PAGE,
+                                                      hidden_families(p))
         for event_position, event in events:
             yield ServerSentEventMessage(
                 event="change",

@@ -26,6 +26,16 @@ from msgspec import UNSET, UnsetType
 
 from contentsvc.ids import new_id
 from contentsvc.monitoring.delivery_events import DeliveryChanged
+from contentsvc.monitoring.events import (
+    SavedQueryCommitted,
+    SavedQueryDeleted,
+    SavedQueryRenamed,
+    SavedQueryUpdated,
+    SubscriptionCommitted,
+    SubscriptionDeleted,
+    SubscriptionRenamed,
+    SubscriptionUpdated,
+)
 from contentsvc.plugins.events import (
     PluginChecked,
     PluginPlanCommitted,
@@ -298,6 +308,9 @@ Payload = Union[
     PluginRegistered, PluginChecked, PluginStateChanged, PluginPlanCommitted,
     # monitoring (monitoring/delivery_events.py)
     DeliveryChanged,
+    # saved queries and subscriptions (monitoring/events.py)
+    SavedQueryCommitted, SavedQueryUpdated, SavedQueryDeleted, SavedQueryRenamed,
+    SubscriptionCommitted, SubscriptionUpdated, SubscriptionDeleted, SubscriptionRenamed,
 ]
 PAYLOAD_TYPES: dict[str, type[EventPayload]] = {t.__struct_config__.tag: t for t in Payload.__args__}
 PUBLIC_KINDS = frozenset(kind for kind, t in PAYLOAD_TYPES.items() if t.public)

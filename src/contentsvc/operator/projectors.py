@@ -55,7 +55,8 @@ def print_status(url: str, names: list[str], home: Path) -> int:
     return 0
 
 
-READ_TABLES = ("corpora", "receipts", "records", "versions", "uploads", "blobs", "operations")
+READ_TABLES = ("corpora", "receipts", "records", "versions", "uploads", "blobs", "operations",
+               "saved_queries", "saved_query_versions", "subscriptions", "subscription_versions")
 
 
 async def _replay_readmodel(url: str, projector) -> None:

@@ -93,6 +93,21 @@ def _change_event(row: tuple) -> ChangeEvent:
 
 FEED_PROJECTOR = "readmodel"
 
+# decisions-part2 "Change-feed event kinds added": the kinds of these families are visible only to a
+# key holding this action besides changes:read.
+FAMILY_ACTIONS = {
+    "saved_query": "monitoring:read",
+    "subscription": "monitoring:read",
+    "match": "monitoring:read",
+    "delivery": "monitoring:read",
+    "connector": "connectors:read",
+}
+
+
+def hidden_families(p: Principal) -> list[str]:
+    """The kind families (the part of a kind before its first dot) this key may not see."""
+    return sorted(family for family, action in FAMILY_ACTIONS.items() if not p.may(action))
+
 
 async def head_position(conn: AsyncConnection) -> int:
     """The feed's head: the position through which the read tables reflect the journal.
@@ -128,9 +143,10 @@ async def start_position(pool: AsyncConnectionPool, feed_moved: FeedTicker, wait
 
 
 async def read_page(
-    conn: AsyncConnection, org_id: str, corpus_id: str, after: int, limit: int
+    conn: AsyncConnection, org_id: str, corpus_id: str, after: int, limit: int, hidden: list[str] = ()
 ) -> tuple[list[tuple[int, ChangeEvent]], int]:
-    """Visible events after a position, and the position the next read starts from."""
+    """Visible events after a position, and the position the next read starts from; `hidden`:
+    kind families the key may not see (hidden_families)."""
     async with conn.transaction():
         await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         head = await head_position(conn)
@@ -138,8 +154,9 @@ async def read_page(
             "SELECT position, event_id, kind, corpus_id, subject_type, subject_id, version_id, receipt_id,"
             "       committed_at FROM journal"
             " WHERE org_id = %s AND corpus_id = %s AND public AND position > %s AND position <= %s"
+            "   AND split_part(kind, '.', 1) <> ALL(%s::text[])"
             " ORDER BY position LIMIT %s",
-            (org_id, corpus_id, after, head, limit),
+            (org_id, corpus_id, after, head, list(hidden), limit),
         )
         rows = await cur.fetchall()
     events = [(row[0], _change_event(row)) for row in rows]

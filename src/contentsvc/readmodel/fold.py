@@ -6,8 +6,9 @@ their own transaction, for the rows that must be readable before the 202 leaves.
 Input: corpus.created, ingest.accepted, withdrawal.accepted,
 record.accepted, record.withdrawn, record.availability_changed,
 record.enriched, record.enrichment_blocked, receipt.resolved, upload.created, upload.received, upload.verified,
-upload.failed, blob.collected. Output: the corpora, receipts, records, versions, uploads
-and blobs tables, committed with the checkpoint.
+upload.failed, blob.collected, saved_query.committed, subscription.committed. Output: the corpora,
+receipts, records, versions, uploads and blobs tables, and the saved query and subscription tables
+(monitoring/views.py), committed with the checkpoint.
 
 Every statement is idempotent (insert-if-absent, or set to a value carried
 by the event), so the API may apply the same fold inline for rows that must
@@ -27,6 +28,7 @@ from psycopg.types.json import Jsonb
 from contentsvc.domain import operations
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
+from contentsvc.monitoring.views import fold_monitoring
 
 # Each statement folds a whole group of events at once: column arrays in,
 # unnest() on the server. Statements that set a row to a value dedupe their
@@ -333,6 +335,8 @@ async def fold(conn: AsyncConnection, events: list[JournalEvent] | list[NewEvent
         rows = [r for r in map(row, sorted(group, key=_order)) if r is not None] if group else []
         if rows:
             await conn.execute(sql, _columns(rows, merge))
+    # Saved Queries and Subscriptions (monitoring/views.py): few events, folded one by one.
+    await fold_monitoring(conn, events)
 
 
 def _order(e) -> int:

@@ -1,0 +1,110 @@
+"""A deployment for the monitoring tests: `contentsvc run` with a contentsvc.toml that pins the
+first-party fixture evaluator (launched by the supervisor, decisions-part2 `launch`) and one
+loopback webhook destination (decisions-part2 `[destinations.*]`)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from contentsvc.processes.local_service import free_port
+
+from tests.conftest import ServerProcess, client_for, create_corpus, key_for
+
+EVALUATOR = Path(__file__).resolve().parents[2] / "src" / "contentsvc_plugins" / "fixture_evaluator"
+EVALUATOR_VERSION = "0.1.0"
+DESTINATION = "hooks"
+
+
+@dataclass
+class Monitoring:
+    server: ServerProcess
+    url: str  # its database
+
+    def key(self, org: str, actions: str = "*", corpora: str = "*") -> str:
+        return key_for(self.url, org, actions, corpora)
+
+    def client(self, org: str, actions: str = "*", corpora: str = "*") -> httpx.Client:
+        return client_for(self.server, self.key(org, actions, corpora))
+
+
+@pytest.fixture(scope="session")
+def monitoring(databases, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("monitoring")
+    (folder / "fixture-evaluator").mkdir()
+    shutil.copy(EVALUATOR / "contentsvc-plugin.json", folder / "fixture-evaluator")
+    secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    config = folder / "contentsvc.toml"
+    config.write_text(
+        f'[plugins.fixture-evaluator]\nendpoint = "http://127.0.0.1:{free_port()}"\n'
+        f'version = "{EVALUATOR_VERSION}"\nmanifest = "fixture-evaluator/contentsvc-plugin.json"\n'
+        f'launch = "fixture-evaluator"\n\n'
+        f'[destinations.{DESTINATION}]\nurl = "http://127.0.0.1:{free_port()}/hooks"\nsecret = "{secret}"\n')
+    url = databases.create()
+    server = ServerProcess(url, folder, {"CONTENTSVC_CONFIG": str(config)})
+    yield Monitoring(server, url)
+    server.stop()
+
+
+def new_org() -> str:
+    return f"org-{uuid.uuid4().hex[:8]}"
+
+
+def corpora(client: httpx.Client, n: int) -> list[str]:
+    return [create_corpus(client, f"mon-{uuid.uuid4().hex[:8]}") for _ in range(n)]
+
+
+def saved_query(client: httpx.Client, corpus_ids: list[str], expression: dict | None = None,
+                name: str = "Cranes") -> dict:
+    r = client.post("/v0/saved-queries", json={"idempotency_key": uuid.uuid4().hex, "name": name,
+                                                "corpus_ids": corpus_ids,
+                                                "expression": expression or {"contains": "crane"}})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def subscription_body(version_id: str, **extra) -> dict:
+    return {"idempotency_key": uuid.uuid4().hex, "name": "Crane alerts", "saved_query_version_id": version_id,
+            "evaluator": {"plugin_id": "fixture-evaluator", "version": EVALUATOR_VERSION, "configuration": {}},
+            "destination_id": DESTINATION, **extra}
+
+
+def version_body(version_id: str, **extra) -> dict:
+    """A create-version request: part 2 Subscription Version lists no name or owner."""
+    body = subscription_body(version_id, **extra)
+    del body["name"]
+    return body
+
+
+def changes(client: httpx.Client, corpus_id: str, cursor: str) -> tuple[list[dict], str]:
+    r = client.get("/v0/changes", params={"corpus_id": corpus_id, "cursor": cursor, "limit": 1000})
+    assert r.status_code == 200, r.text
+    return r.json()["items"], r.json()["next_cursor"]
+
+
+def feed_start(client: httpx.Client, corpus_id: str) -> str:
+    r = client.get("/v0/changes", params={"corpus_id": corpus_id})
+    assert r.status_code == 200, r.text
+    return r.json()["next_cursor"]
+
+
+def kinds_until(client: httpx.Client, corpus_id: str, cursor: str, expected: list[str], timeout: float = 20) -> list[dict]:
+    """The monitoring change events after `cursor` once the feed (published as the readmodel
+    projector folds) shows `expected` of them; bounded by a deadline."""
+    import time
+
+    deadline = time.time() + timeout
+    seen: list[dict] = []
+    while True:
+        items, cursor = changes(client, corpus_id, cursor)
+        seen += [e for e in items if e["kind"].split(".")[0] in ("saved_query", "subscription")]
+        if [e["kind"] for e in seen] == expected or time.time() > deadline:
+            return seen
+        time.sleep(0.1)

@@ -37,6 +37,13 @@ FAST = dict(retry_schedule=[0, 1, 1, 1], jitter=0.0, attempt_timeout_seconds=2, 
             max_retry_after_seconds=3600, concurrency=4)
 
 
+@pytest.fixture(scope="module")
+def database_url(databases):
+    """The module's own database: the session's server runs a deliveries worker of its own, whose
+    startup file names other destinations, and must not claim these Deliveries."""
+    return databases.create()
+
+
 @pytest.fixture
 def receiver():
     r = WebhookReceiver(SECRET)

@@ -30,6 +30,7 @@ from contentsvc.ids import new_id
 from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
+from contentsvc.monitoring import deliveries
 from contentsvc.monitoring import events as me
 from contentsvc.monitoring import views
 from contentsvc.monitoring.shapes import (
@@ -395,9 +396,21 @@ async def rename_subscription(conn: AsyncConnection, p: Principal, subscription_
                                        me.SUBSCRIPTION_SUBJECT, subscription_id, scope)])
 
 
-async def set_enabled(conn: AsyncConnection, p: Principal, subscription_id: str, enabled: bool) -> None:
+async def _lock_subscription_row(conn: AsyncConnection, subscription_id: str) -> None:
+    """Waits for every transaction committing a notice for this Subscription (it reads the row FOR
+    SHARE through deliveries.notice_hold) and keeps new ones out until this one commits, so the
+    holds set or cleared below see every Delivery created before, and a notice committed after
+    sees the new state."""
+    await conn.execute("SELECT 1 FROM subscriptions WHERE subscription_id = %s FOR UPDATE", (subscription_id,))
+
+
+async def set_enabled(conn: AsyncConnection, settings: Settings, p: Principal, subscription_id: str,
+                      enabled: bool) -> None:
     """part 2 Subscription states: disable and enable commit subscription.updated only when they
-    change the state; enabling a deleted one is 409 subscription_deleted (it stays disabled)."""
+    change the state; enabling a deleted one is 409 subscription_deleted (it stays disabled).
+    decisions-part2 "Deliveries", in the same transaction: disable holds every pending Delivery
+    `subscription_disabled`; enable releases them (due at once, or failed delivery_window_expired
+    past their window), each move with its delivery.changed."""
     async with journal_transaction(conn):
         head, scope = await _locked_subscription(conn, p, subscription_id)
         if head.deleted:
@@ -406,24 +419,34 @@ async def set_enabled(conn: AsyncConnection, p: Principal, subscription_id: str,
             return  # already disabled, with reason subscription_deleted
         if head.enabled == enabled:
             return
+        await _lock_subscription_row(conn, subscription_id)
+        moved = (await deliveries.release_subscription(conn, subscription_id, settings.deliveries) if enabled
+                 else await deliveries.hold_subscription(conn, subscription_id, deliveries.HELD_DISABLED))
         fact = _subscription_fact(head, utc_now(), enabled=enabled, disabled_reason=None if enabled else "disabled")
         await _commit(conn, [_subscription_event(p, fact),
                              *_notices(p, me.SubscriptionUpdated(subscription_id=subscription_id),
-                                       me.SUBSCRIPTION_SUBJECT, subscription_id, scope)])
+                                       me.SUBSCRIPTION_SUBJECT, subscription_id, scope),
+                             *moved])
 
 
 async def delete_subscription(conn: AsyncConnection, p: Principal, subscription_id: str) -> None:
     """part 2 Subscription states and rule 9: deleted, also disabled with reason subscription_deleted;
-    subscription.deleted per Corpus; a repeat commits nothing."""
+    subscription.deleted per Corpus; a repeat commits nothing. decisions-part2 "Deliveries": every
+    pending Delivery is held `subscription_deleted`, never cleared, in the same transaction; a
+    notice committed later (a `match.withdrawn`) is created held the same way (notice_hold), so it
+    is committed but never attempted."""
     async with journal_transaction(conn):
         head, scope = await _locked_subscription(conn, p, subscription_id)
         if head.deleted:
             return
+        await _lock_subscription_row(conn, subscription_id)
+        moved = await deliveries.hold_subscription(conn, subscription_id, deliveries.HELD_DELETED)
         fact = _subscription_fact(head, utc_now(), deleted=True, enabled=False,
                                   disabled_reason="subscription_deleted")
         await _commit(conn, [_subscription_event(p, fact),
                              *_notices(p, me.SubscriptionDeleted(subscription_id=subscription_id),
-                                       me.SUBSCRIPTION_SUBJECT, subscription_id, scope)])
+                                       me.SUBSCRIPTION_SUBJECT, subscription_id, scope),
+                             *moved])
 
 
 __all__ = ["create_saved_query", "create_saved_query_version", "rename_saved_query", "delete_saved_query",

@@ -258,6 +258,22 @@ async def create_delivery(conn: AsyncConnection, notice: Notice, settings: Deliv
 # ------------------------------------------------------------------------- holds
 
 
+async def notice_hold(conn: AsyncConnection, subscription_id: str) -> str | None:
+    """The `held` a notice committed now for this Subscription takes (create_delivery's `held`):
+    `subscription_deleted`, `subscription_disabled`, or None while it is enabled. Reads the
+    Subscription's row FOR SHARE inside the caller's transaction, so it waits for a disable, enable
+    or delete being committed (they lock the row FOR UPDATE before moving the holds) and such a
+    command waits for this transaction: a notice is never created unheld after a disable that did
+    not see it."""
+    cur = await conn.execute("SELECT enabled, deleted FROM subscriptions WHERE subscription_id = %s FOR SHARE",
+                             (subscription_id,))
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    enabled, deleted = row
+    return HELD_DELETED if deleted else None if enabled else HELD_DISABLED
+
+
 async def hold_subscription(conn: AsyncConnection, subscription_id: str, reason: str) -> list[NewEvent]:
     """Disable (`subscription_disabled`) or delete (`subscription_deleted`): park every pending Delivery
     of the Subscription, inside the caller's transaction; returns the `delivery.changed` events to

@@ -194,16 +194,18 @@ async def delete_subscription(call: Call[ActionRequest | None, None], subscripti
 @operation("disableSubscription", "POST", "/v0/subscriptions/{subscription_id}/disable", permission=WRITE,
            body=ActionRequest, body_required=False, responses={200: Subscription})
 async def disable_subscription(call: Call[ActionRequest | None, None], subscription_id: str) -> Response:
-    async with services(call.request).pool.connection() as conn:
-        await commands.set_enabled(conn, call.principal, subscription_id, False)
+    svc = services(call.request)
+    async with svc.pool.connection() as conn:
+        await commands.set_enabled(conn, svc.settings, call.principal, subscription_id, False)
     return respond(await _subscription(call, subscription_id))
 
 
 @operation("enableSubscription", "POST", "/v0/subscriptions/{subscription_id}/enable", permission=WRITE,
            body=ActionRequest, body_required=False, responses={200: Subscription})
 async def enable_subscription(call: Call[ActionRequest | None, None], subscription_id: str) -> Response:
-    async with services(call.request).pool.connection() as conn:
-        await commands.set_enabled(conn, call.principal, subscription_id, True)
+    svc = services(call.request)
+    async with svc.pool.connection() as conn:
+        await commands.set_enabled(conn, svc.settings, call.principal, subscription_id, True)
     return respond(await _subscription(call, subscription_id))
 
 

@@ -35,22 +35,30 @@ class Monitoring:
         return client_for(self.server, self.key(org, actions, corpora))
 
 
-@pytest.fixture(scope="session")
-def monitoring(databases, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("monitoring")
+def start_monitoring(databases, folder: Path, destination_url: str | None = None, secret: str | None = None,
+                     extra_toml: str = "") -> Monitoring:
+    """`contentsvc run` on a database of its own, pinning the fixture evaluator, with the destination
+    DESTINATION at `destination_url` (default: a loopback port nobody listens on) and any further
+    startup-file sections."""
     (folder / "fixture-evaluator").mkdir()
     shutil.copy(EVALUATOR / "contentsvc-plugin.json", folder / "fixture-evaluator")
-    secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    secret = secret or "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    destination_url = destination_url or f"http://127.0.0.1:{free_port()}/hooks"
     config = folder / "contentsvc.toml"
     config.write_text(
         f'[plugins.fixture-evaluator]\nendpoint = "http://127.0.0.1:{free_port()}"\n'
         f'version = "{EVALUATOR_VERSION}"\nmanifest = "fixture-evaluator/contentsvc-plugin.json"\n'
         f'launch = "fixture-evaluator"\n\n'
-        f'[destinations.{DESTINATION}]\nurl = "http://127.0.0.1:{free_port()}/hooks"\nsecret = "{secret}"\n')
+        f'[destinations.{DESTINATION}]\nurl = "{destination_url}"\nsecret = "{secret}"\n\n{extra_toml}')
     url = databases.create()
-    server = ServerProcess(url, folder, {"CONTENTSVC_CONFIG": str(config)})
-    yield Monitoring(server, url)
-    server.stop()
+    return Monitoring(ServerProcess(url, folder, {"CONTENTSVC_CONFIG": str(config)}), url)
+
+
+@pytest.fixture(scope="session")
+def monitoring(databases, tmp_path_factory):
+    deployment = start_monitoring(databases, tmp_path_factory.mktemp("monitoring"))
+    yield deployment
+    deployment.server.stop()
 
 
 def new_org() -> str:

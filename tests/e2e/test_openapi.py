@@ -36,6 +36,7 @@ CONTRACT_OPERATIONS = {
     "renameSavedQuery", "listSubscriptions", "createSubscription", "getSubscription", "getSubscriptionVersion",
     "createSubscriptionVersion", "deleteSubscription", "disableSubscription", "enableSubscription",
     "renameSubscription",
+    "getDelivery", "listDeliveryAttempts",
 }
 NOT_DOCUMENTED = {"OPTIONS", "HEAD"}  # answered by Litestar itself
 
@@ -226,8 +227,8 @@ def test_query_parameters_are_held_to_their_documented_bounds(doc, api):
                 assert r.status_code == 422, (op["operationId"], name, beyond, r.text)
                 assert r.json()["code"] == "invalid_input" and r.json()["field"] == f"/{name}"
             checked.append((op["operationId"], name))
-    assert sorted(checked) == [("listCorpora", "limit"), ("listPlans", "limit"), ("listRecords", "limit"),
-                               ("listSubscriptions", "limit"), ("pollChanges", "limit")]
+    assert sorted(checked) == [("listCorpora", "limit"), ("listDeliveryAttempts", "limit"), ("listPlans", "limit"),
+                               ("listRecords", "limit"), ("listSubscriptions", "limit"), ("pollChanges", "limit")]
 
 
 def test_options_on_every_documented_path_names_exactly_its_documented_methods(doc, server):

@@ -29,8 +29,9 @@ from contentsvc.monitoring import deliveries as store
 from tests.e2e.conftest import (
     DESTINATION,
     corpora,
-    feed_start,
     changes,
+    feed_start,
+    kinds_until,
     new_org,
     saved_query,
     start_monitoring,
@@ -303,3 +304,58 @@ def test_delete_holds_for_good(deployment, receiver):
         assert d["state"] == "pending" and d["held"] == "subscription_deleted" and d["attempts"] == 0, d
         assert not receiver.requests_for(d["event_id"])
         assert attempts(client, delivery_id)["items"] == []
+
+
+def test_a_notice_committed_during_a_disable_is_held(deployment):
+    # decisions-part2 "Deliveries": disable holds every pending Delivery, and a notice committed for
+    # a disabled Subscription is held; a notice whose transaction read the Subscription enabled
+    # before the disable committed is among those the disable holds (docs/decisions.md "Hold ordering")
+    import threading
+
+    import psycopg
+
+    org = new_org()
+    client = deployment.client(org)
+    [a] = corpora(client, 1)
+    feed_start_of_org = feed_start(client, a)
+    sub = subscription(client, [a])
+    sid = sub["subscription_id"]
+    version = client.get(f"/v0/subscriptions/{sid}/versions/{sub['current_version_id']}").json()
+    tag = uuid.uuid4().hex[:10]
+    notice = store.Notice(org_id=org, corpus_id=a, match_id=f"mat_{tag}", subscription_id=sid,
+                          subscription_version_id=version["version_id"], saved_query_id=version["saved_query_id"],
+                          saved_query_version_id=version["saved_query_version_id"], record_id=f"rec_{tag}",
+                          version_id=f"ver_{tag}", destination_id=DESTINATION, event_type=store.MATCH_CREATED)
+    answers: list = []
+    disable = threading.Thread(target=lambda: answers.append(client.post(f"/v0/subscriptions/{sid}/disable")))
+
+    def waiting_on(pid: int) -> list[str]:
+        """The statements touching Subscriptions that wait for the backend `pid`."""
+        with psycopg.connect(deployment.url, autocommit=True) as conn:
+            rows = conn.execute("SELECT query FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                                (pid,)).fetchall()
+        return [q for (q,) in rows if "subscriptions" in q]
+
+    # the readmodel projector has folded the creation: it touches the Subscription's row no more
+    assert [e["kind"] for e in kinds_until(client, a, feed_start_of_org, ["saved_query.updated",
+                                                                          "subscription.updated"])] \
+        == ["saved_query.updated", "subscription.updated"]
+
+    async def evaluate() -> str:
+        async with await AsyncConnection.connect(deployment.url) as conn:
+            async with journal_transaction(conn):
+                held = await store.notice_hold(conn, sid)
+                assert held is None  # enabled when this transaction read it
+                disable.start()
+                deadline = time.monotonic() + 20
+                # the disable waits for this transaction
+                while not await asyncio.to_thread(waiting_on, conn.info.backend_pid):
+                    assert time.monotonic() < deadline, "the disable did not wait"
+                    await asyncio.sleep(0.05)
+                return (await store.create_delivery(conn, notice, IN_AN_HOUR, held)).delivery_id
+
+    delivery_id = asyncio.run(evaluate())
+    disable.join(timeout=30)
+    assert answers and answers[0].status_code == 200, answers
+    d = get(client, delivery_id)
+    assert d["state"] == "pending" and d["held"] == "subscription_disabled" and "next_attempt_at" not in d, d

@@ -35,8 +35,10 @@ CONTRACT_OPERATIONS = {
     "createSavedQuery", "getSavedQuery", "getSavedQueryVersion", "createSavedQueryVersion", "deleteSavedQuery",
     "renameSavedQuery", "listSubscriptions", "createSubscription", "getSubscription", "getSubscriptionVersion",
     "createSubscriptionVersion", "deleteSubscription", "disableSubscription", "enableSubscription",
-    "renameSubscription",
+    "renameSubscription", "previewSubscription",
     "getDelivery", "listDeliveryAttempts",
+    # part 2 "Evaluator migration (plugins:admin)" (its operation id is not shown there: docs/decisions.md)
+    "migrateSubscriptionEvaluators",
 }
 NOT_DOCUMENTED = {"OPTIONS", "HEAD"}  # answered by Litestar itself
 
@@ -189,7 +191,7 @@ def test_a_body_valid_by_the_document_is_not_refused_as_invalid(doc, api):
         "rebuildCorpusProjection", "registerPlugin", "activatePlugin", "rollbackPlan",
         "createSavedQuery", "createSavedQueryVersion", "deleteSavedQuery", "renameSavedQuery", "createSubscription",
         "createSubscriptionVersion", "deleteSubscription", "disableSubscription", "enableSubscription",
-        "renameSubscription"])
+        "renameSubscription", "previewSubscription", "migrateSubscriptionEvaluators"])
 
 
 def test_a_body_breaking_the_document_is_refused_with_a_pointer(doc, api):

@@ -54,7 +54,11 @@ SLICE_PARTS = {"routes": "api", "commands": "commands", "workers": "projectors",
                # The monitoring slice's deliveries: the worker, the tables' one writer (read side),
                # the pure webhook bytes and signing, the delivery.changed payload, the read routes.
                "deliverer": "projectors", "deliveries": "readmodel", "webhooks": "domain",
-               "delivery_events": "slice_events", "delivery_routes": "api"}
+               "delivery_events": "slice_events", "delivery_routes": "api",
+               # Which evaluator serves new Subscriptions (a registry read), the pure subscription
+               # request builder the preview and the monitor worker share, the preview and
+               # evaluator migration routes.
+               "evaluators": "readmodel", "evaluation_request": "domain", "previews": "api", "migration": "api"}
 
 # The domain computes; it never reaches a database, a network, an index or a server.
 DOMAIN_FORBIDDEN = ("psycopg", "psycopg_pool", "httpx", "tantivy", "hnswlib", "litestar", "uvicorn", "os",

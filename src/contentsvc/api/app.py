@@ -18,6 +18,8 @@ from contentsvc.api import operations, uploads
 from contentsvc.api.http import Services
 from contentsvc.api.routes import with_options
 from contentsvc.monitoring import delivery_routes
+from contentsvc.monitoring import migration as evaluator_migration
+from contentsvc.monitoring import previews as subscription_previews
 from contentsvc.monitoring import routes as monitoring_routes
 from contentsvc.plugins import routes as plugin_routes
 from contentsvc.readmodel.changes import FEED_PROJECTOR, FeedTicker
@@ -137,7 +139,7 @@ async def _listen(url: str, settings: Settings, feed_moved: FeedTicker, lexical_
 ROUTES = with_options([
     *records.ROUTES, *receipts.ROUTES, *search.ROUTES, *corpora.ROUTES, *changes.ROUTES, *health.ROUTES,
     *openapi.ROUTES, *uploads.ROUTES, *operations.ROUTES, *plugin_routes.ROUTES,
-    *monitoring_routes.ROUTES, *delivery_routes.ROUTES,
+    *monitoring_routes.ROUTES, *delivery_routes.ROUTES, *subscription_previews.ROUTES, *evaluator_migration.ROUTES,
 ])
 
 

@@ -33,6 +33,7 @@ from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.monitoring import deliveries
 from contentsvc.monitoring import events as me
 from contentsvc.monitoring import views
+from contentsvc.monitoring.evaluators import installed_evaluator
 from contentsvc.monitoring.shapes import (
     RenameRequest,
     SavedQueryCreate,
@@ -45,8 +46,6 @@ from contentsvc.monitoring.shapes import (
     check_owner,
 )
 from contentsvc.monitoring.views import SavedQueryHead, SubscriptionHead
-from contentsvc.plugins import registry
-from contentsvc.plugins.manifest import parse_manifest
 from contentsvc.readmodel.corpora import existing_corpora
 from contentsvc.readmodel.fold import fold
 
@@ -247,35 +246,14 @@ async def _pinned_query(conn: AsyncConnection, p: Principal, version_id: str, ow
     return Pin(head.saved_query_id, version_id, row["corpus_ids"]), row["expression"]
 
 
-_manifests: dict[str, Any] = {}  # manifest digest -> subscription contribution (registrations are immutable)
-
-
-async def _evaluator_schemas(conn: AsyncConnection, plugin_id: str, version: str) -> tuple[Any, Any]:
-    """decisions-part2: the installed evaluator is the version the active plan serves for
-    `subscription:<plugin_id>`; any other is 422 unsupported_evaluator."""
-    plan = await registry.active_plan(conn)
-    served = next((r for r in (plan.roles if plan else []) if r.role == f"subscription:{plugin_id}"), None)
-    if served is None:
-        raise ApiError(422, "unsupported_evaluator", f"No evaluator {plugin_id!r} is installed.",
-                       field="/evaluator/plugin_id")
-    if served.version != version:
-        raise ApiError(422, "unsupported_evaluator", f"Evaluator {plugin_id!r} is installed at version "
-                                                     f"{served.version}, not {version}.", field="/evaluator/version")
-    found = await registry.registration(conn, served.registration_id)
-    if found.manifest_digest not in _manifests:
-        _manifests[found.manifest_digest] = parse_manifest(found.manifest.encode("utf-8")).manifest.contributions.subscription
-    contribution = _manifests[found.manifest_digest]
-    return contribution.expression_schema, contribution.configuration_schema
-
-
 async def _checked_pin(conn: AsyncConnection, settings: Settings, p: Principal,
                        req: SubscriptionCreate | SubscriptionVersionCreate, own_saved_query_id: str | None) -> Pin:
     """rules 6 and 7, in this order: the Saved Query Version, the evaluator, the expression and
     configuration against its schemas, the destination."""
     pin, expression = await _pinned_query(conn, p, req.saved_query_version_id, own_saved_query_id)
-    expression_schema, configuration_schema = await _evaluator_schemas(conn, req.evaluator.plugin_id,
-                                                                       req.evaluator.version)
-    check_against_evaluator(expression_schema, configuration_schema, expression, req.evaluator.configuration)
+    evaluator = await installed_evaluator(conn, req.evaluator.plugin_id, req.evaluator.version)
+    check_against_evaluator(evaluator.expression_schema, evaluator.configuration_schema, expression,
+                            req.evaluator.configuration)
     if req.destination_id not in settings.destinations:  # decisions-part2 "Destinations": the startup file's
         raise ApiError(422, "unknown_destination", f"No destination {req.destination_id!r} is configured.",
                        field="/destination_id")
@@ -366,14 +344,44 @@ async def create_subscription_version(conn: AsyncConnection, settings: Settings,
         if head.deleted:
             raise _subscription_deleted()
         pin = await _checked_pin(conn, settings, p, req, head.saved_query_id)
-        fact = _subscription_fact(head, now, _subscription_version(version_id, pin, req, now),
-                                  current_version_id=version_id, scope=_union(head.scope, pin.corpus_ids))
-        # rule 7: subscription.updated in every Corpus of the previous and new scope.
-        await _commit(conn, [_subscription_event(p, fact),
-                             *_notices(p, me.SubscriptionUpdated(subscription_id=subscription_id),
-                                       me.SUBSCRIPTION_SUBJECT, subscription_id,
-                                       _union(previous_scope, pin.corpus_ids))])
+        await _commit_version(conn, p, head, previous_scope, _subscription_version(version_id, pin, req, now), now)
     return version_id, False
+
+
+async def _commit_version(conn: AsyncConnection, p: Principal, head: SubscriptionHead, previous_scope: list[str],
+                          version: me.SubscriptionVersionFact, now: str) -> None:
+    """rule 7's commit: the new current Version from this commit, enabled state unchanged, and
+    subscription.updated in every Corpus of the previous and new scope."""
+    fact = _subscription_fact(head, now, version, current_version_id=version.version_id,
+                              scope=_union(head.scope, version.corpus_ids))
+    await _commit(conn, [_subscription_event(p, fact),
+                         *_notices(p, me.SubscriptionUpdated(subscription_id=head.subscription_id),
+                                   me.SUBSCRIPTION_SUBJECT, head.subscription_id,
+                                   _union(previous_scope, version.corpus_ids))])
+
+
+async def repin_evaluator(conn: AsyncConnection, p: Principal, subscription_id: str, expected_version_id: str,
+                          evaluator: me.Evaluator) -> str | None:
+    """Evaluator migration's move (part 2 "Evaluator migration"): a new current Version with the same
+    Saved Query Version, configuration and destination as `expected_version_id`, pinning `evaluator`,
+    committed like any new Version (rule 7: it judges only later changes). The pinned Saved Query
+    Version need not be current and the destination need not be configured any more: the
+    Subscription keeps what it had. Returns the new Version's id, or None when the Subscription's
+    current Version is no longer `expected_version_id` (or it is deleted): the caller's
+    `subscription_changed`."""
+    version_id, now = new_id("subv"), utc_now()
+    async with journal_transaction(conn):
+        head, previous_scope = await _locked_subscription(conn, p, subscription_id)
+        if head.deleted or head.current_version_id != expected_version_id:
+            return None
+        current = await views.subscription_version_row(conn, p.org_id, expected_version_id)
+        version = me.SubscriptionVersionFact(
+            version_id=version_id, saved_query_id=current["saved_query_id"],
+            saved_query_version_id=current["saved_query_version_id"], evaluator=evaluator,
+            destination_id=current["destination_id"], corpus_ids=current["corpus_ids"], created_at=now,
+            activated_at=now)
+        await _commit_version(conn, p, head, previous_scope, version, now)
+    return version_id
 
 
 async def rename_subscription(conn: AsyncConnection, p: Principal, subscription_id: str, req: RenameRequest) -> None:
@@ -450,5 +458,5 @@ async def delete_subscription(conn: AsyncConnection, p: Principal, subscription_
 
 
 __all__ = ["create_saved_query", "create_saved_query_version", "rename_saved_query", "delete_saved_query",
-           "create_subscription", "create_subscription_version", "rename_subscription", "set_enabled",
+           "create_subscription", "create_subscription_version", "repin_evaluator", "rename_subscription", "set_enabled",
            "delete_subscription"]

@@ -54,7 +54,12 @@ SLICE_PARTS = {"routes": "api", "commands": "commands", "workers": "projectors",
                # The monitoring slice's deliveries: the worker, the tables' one writer (read side),
                # the pure webhook bytes and signing, the delivery.changed payload, the read routes.
                "deliverer": "projectors", "deliveries": "readmodel", "webhooks": "domain",
-               "delivery_events": "slice_events", "delivery_routes": "api"}
+               "delivery_events": "slice_events", "delivery_routes": "api",
+               # Its evaluator: the worker, the Matches' one writer (above the read side: it commits
+               # each Match with its Delivery through the Delivery writer), the pure batching and
+               # answer checks, the match.* payloads, the Match routes.
+               "monitor": "projectors", "matches": "search", "batches": "domain",
+               "match_events": "slice_events", "match_routes": "api"}
 
 # The domain computes; it never reaches a database, a network, an index or a server.
 DOMAIN_FORBIDDEN = ("psycopg", "psycopg_pool", "httpx", "tantivy", "hnswlib", "litestar", "uvicorn", "os",

@@ -17,6 +17,7 @@ from contentsvc.api import changes, corpora, health, openapi, receipts, records,
 from contentsvc.api import operations, uploads
 from contentsvc.api.http import Services
 from contentsvc.api.routes import with_options
+from contentsvc.monitoring import match_routes
 from contentsvc.monitoring import routes as monitoring_routes
 from contentsvc.plugins import routes as plugin_routes
 from contentsvc.readmodel.changes import FEED_PROJECTOR, FeedTicker
@@ -136,7 +137,7 @@ async def _listen(url: str, settings: Settings, feed_moved: FeedTicker, lexical_
 ROUTES = with_options([
     *records.ROUTES, *receipts.ROUTES, *search.ROUTES, *corpora.ROUTES, *changes.ROUTES, *health.ROUTES,
     *openapi.ROUTES, *uploads.ROUTES, *operations.ROUTES, *plugin_routes.ROUTES,
-    *monitoring_routes.ROUTES,
+    *monitoring_routes.ROUTES, *match_routes.ROUTES,
 ])
 
 

@@ -38,6 +38,12 @@ CREATE INDEX monitor_evaluations_due ON monitor_evaluations (next_attempt_at) WH
 CREATE INDEX monitor_evaluations_by_version ON monitor_evaluations (version_id) WHERE state = 'pending';
 CREATE INDEX monitor_evaluations_by_subscription ON monitor_evaluations (subscription_id) WHERE state = 'pending';
 
+-- Versions whose `record.enriched` the monitor has folded: the request's `enriched` is read here, so
+-- a not_ready answer re-armed by record.enriched never races the readmodel projector's own fold.
+CREATE TABLE monitor_enriched_versions (
+    version_id  text PRIMARY KEY
+);
+
 -- The Subscription view's `evaluation` members other than `pending` (counted above).
 CREATE TABLE monitor_subscription_status (
     subscription_id    text PRIMARY KEY,

@@ -274,3 +274,28 @@ def test_list_matches_pages_in_id_order(api, story):
     # the cursor is bound to its filters
     r = api.get("/v0/matches", params={"limit": 1, "page_cursor": first["next_page_cursor"]})
     assert_error(r, 409, "cursor_scope_changed")
+
+
+def test_not_ready_stays_pending_and_a_disabled_subscription_skips(api):
+    # decisions-part2 "Evaluation trigger and eligibility": not_ready is kept pending (evaluated
+    # again at the Version's next trigger); a Subscription disabled at the event's position skips it
+    corpus = create_corpus(api)
+    waiting = subscribe(api, [corpus], {"decision": "not_ready"}, "Waiting")
+    disabled = subscribe(api, [corpus], {"decision": "match"}, "Disabled")
+    r = api.post(f"/v0/subscriptions/{disabled['subscription_id']}/disable", json={"idempotency_key": "d1"})
+    assert r.status_code == 200 and r.json()["enabled"] is False, r.text
+    sentinel = subscribe(api, [corpus], {"contains": "harbour"}, "Sentinel")
+    record = ingest(api, corpus, "one", "The harbour at dawn.")
+    until(lambda: matches(api, subscription_id=sentinel["subscription_id"], record_id=record["record_id"]),
+          "the sentinel's Match")
+    view = api.get(f"/v0/subscriptions/{waiting['subscription_id']}").json()
+    assert view["evaluation"]["pending"] == 1 and "last_error" not in view["evaluation"]
+    assert matches(api, subscription_id=waiting["subscription_id"]) == []
+    assert matches(api, subscription_id=disabled["subscription_id"]) == []
+    # re-enabled, it judges only changes from then on: the earlier Record stays unevaluated
+    r = api.post(f"/v0/subscriptions/{disabled['subscription_id']}/enable", json={"idempotency_key": "e1"})
+    assert r.status_code == 200 and r.json()["enabled"] is True, r.text
+    later = ingest(api, corpus, "two", "Another harbour story.")
+    until(lambda: matches(api, subscription_id=disabled["subscription_id"], record_id=later["record_id"]),
+          "the re-enabled Subscription's Match")
+    assert matches(api, subscription_id=disabled["subscription_id"], record_id=record["record_id"]) == []

@@ -13,7 +13,7 @@ order, so "as of the event's position" is what `monitor_subscriptions` holds whi
 - the `record.availability_changed` that makes a Version current and searchable triggers one
   evaluation per live Subscription whose Version pins its Corpus (insert-if-absent: a Version
   made current again is not evaluated again), and re-arms a `not_ready` one;
-- `record.enriched` re-arms a `not_ready` one;
+- `record.enriched` marks the Version enriched (the request's `enriched`) and re-arms a `not_ready` one;
 - a Version no longer current (the currentness-only `is_current: false`) withdraws its active
   Matches (`version_replaced`) and drops its pending evaluations; `record.withdrawn` does the
   same for every Version of the Record (`record_withdrawn`).
@@ -177,6 +177,17 @@ async def fold_made_current(conn: AsyncConnection, e: JournalEvent, not_ready_ma
     return cur.rowcount
 
 
+async def fold_enriched(conn: AsyncConnection, version_id: str, not_ready_max_seconds: int) -> None:
+    await conn.execute("INSERT INTO monitor_enriched_versions (version_id) VALUES (%s) ON CONFLICT DO NOTHING",
+                       (version_id,))
+    await rearm_not_ready(conn, version_id, not_ready_max_seconds)
+
+
+async def is_enriched(conn: AsyncConnection, version_id: str) -> bool:
+    cur = await conn.execute("SELECT 1 FROM monitor_enriched_versions WHERE version_id = %s", (version_id,))
+    return await cur.fetchone() is not None
+
+
 async def rearm_not_ready(conn: AsyncConnection, version_id: str, not_ready_max_seconds: int) -> None:
     """decisions-part2: not_ready is evaluated again at the next record.enriched or
     record.availability_changed of the Version; dropped after not_ready_max_seconds."""
@@ -204,9 +215,12 @@ async def fold_withdrawn(conn: AsyncConnection, e: JournalEvent, settings: Deliv
 
 
 async def hold_of(conn: AsyncConnection, subscription_id: str) -> tuple[bool, str | None]:
-    """(enabled, hold) of the Subscription now, its row share-locked so that a disable or delete
-    committing meanwhile either waits for this transaction (and holds what it created) or is seen."""
-    cur = await conn.execute("SELECT enabled, deleted FROM subscriptions WHERE subscription_id = %s FOR SHARE",
+    """(enabled, hold) of the Subscription now. Taken under the Subscription's command lock (the
+    transaction-level advisory lock monitoring/commands.py takes on `subscription:<id>`), so a
+    disable, enable or delete either committed before (and is read here) or waits for this
+    transaction, and then holds or releases the Deliveries it created."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"subscription:{subscription_id}",))
+    cur = await conn.execute("SELECT enabled, deleted FROM subscriptions WHERE subscription_id = %s",
                              (subscription_id,))
     row = await cur.fetchone()
     if row is None:

@@ -114,7 +114,7 @@ class MonitorWorker(TableFold):
                 elif matches.ends_currentness(p):
                     out.extend(await matches.fold_not_current(conn, e, deliveries))
             elif e.kind == ev.RECORD_ENRICHED:
-                await matches.rearm_not_ready(conn, p.version_id, not_ready_max)
+                await matches.fold_enriched(conn, p.version_id, not_ready_max)
             elif e.kind == ev.RECORD_WITHDRAWN:
                 out.extend(await matches.fold_withdrawn(conn, e, deliveries))
         await append(conn, out)
@@ -209,9 +209,7 @@ class MonitorWorker(TableFold):
         row = await cur.fetchone()
         if row is None:
             return None
-        cur = await conn.execute("SELECT enriched FROM versions WHERE version_id = %s", (version_id,))
-        enriched = await cur.fetchone()
-        return record_request(row[1], corpus_id, row[0], bool(enriched and enriched[0]))
+        return record_request(row[1], corpus_id, row[0], await matches.is_enriched(conn, version_id))
 
     async def _settle_calls(self, conn: AsyncConnection) -> bool:
         done = [c for c in self._calls if c.task.done()]

@@ -299,3 +299,24 @@ def test_not_ready_stays_pending_and_a_disabled_subscription_skips(api):
     until(lambda: matches(api, subscription_id=disabled["subscription_id"], record_id=later["record_id"]),
           "the re-enabled Subscription's Match")
     assert matches(api, subscription_id=disabled["subscription_id"], record_id=record["record_id"]) == []
+
+
+def test_a_retryable_error_keeps_the_evaluation_pending_until_the_subscription_goes(api, deployment):
+    # decisions-part2 "Evaluation trigger and eligibility": retryable errors retry with backoff (no
+    # limit) and set no last_error; part 2 Subscription states: delete (also disabled) blocks new
+    # evaluation commits, so the pending evaluation is dropped
+    corpus = create_corpus(api)
+    flaky = subscribe(api, [corpus], {"fail": "retryable"}, "Flaky")
+    ingest(api, corpus, "flaky", "Anything.")
+
+    def retried():
+        lines = deployment.server.log_path.read_text(errors="replace").splitlines()
+        return [line for line in lines if '"evaluation_retry"' in line]
+    until(retried, "a retry of the evaluation")
+    view = api.get(f"/v0/subscriptions/{flaky['subscription_id']}").json()
+    assert view["evaluation"]["pending"] == 1 and "last_error" not in view["evaluation"]
+    r = api.post(f"/v0/subscriptions/{flaky['subscription_id']}/delete", json={"idempotency_key": "x"})
+    assert r.status_code == 200, r.text
+    until(lambda: api.get(f"/v0/subscriptions/{flaky['subscription_id']}").json()["evaluation"]["pending"] == 0,
+          "the pending evaluation to be dropped")
+    assert matches(api, subscription_id=flaky["subscription_id"]) == []

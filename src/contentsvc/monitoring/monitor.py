@@ -18,6 +18,7 @@ same idempotency key, and the Match is unique per (Subscription Version, Record 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,7 @@ log = get_logger("contentsvc.monitor")
 IN_FLIGHT_POLL_SECONDS = 0.05
 DUE_POLL_CAP_SECONDS = 1.0  # retries come due without a commit to wake the runner
 DUE_SCAN_LIMIT = 512
+NOT_READY_SWEEP_SECONDS = 60.0
 
 
 @dataclass
@@ -90,6 +92,7 @@ class MonitorWorker(TableFold):
         self._clients: dict[str, PluginClient] = {}
         self._calls: list[Call] = []
         self._due_poll: float | None = None
+        self._expiry_checked = 0.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "MonitorWorker":
@@ -142,6 +145,7 @@ class MonitorWorker(TableFold):
         settled = False
         async with journal_transaction(conn):
             await self.plan.refresh_if_due(conn)
+            await self._drop_expired_not_ready(conn)
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(
                 "SELECT e.*, v.saved_query_id, v.saved_query_version_id, v.owner, v.evaluator, v.destination_id,"
@@ -160,7 +164,10 @@ class MonitorWorker(TableFold):
             for (version_id, plugin_id, plugin_version), rows in groups.items():
                 if free <= 0:
                     break
-                provider = self.plan.provider(f"subscription:{plugin_id}")
+                provider = self._provider(plugin_id, plugin_version)
+                if provider is None or provider.version != plugin_version:
+                    await self.plan.refresh(conn)  # the cached plan may predate the Subscription's
+                    provider = self._provider(plugin_id, plugin_version)
                 if provider is None or provider.version != plugin_version:
                     # The pinned evaluator version left the plan: nothing can decide these any more.
                     await checkpoints.position(conn, self.name, for_update=True)
@@ -202,6 +209,19 @@ class MonitorWorker(TableFold):
         self._due_poll = None if row[0] is None else min(max(float(row[0]), IN_FLIGHT_POLL_SECONDS),
                                                          DUE_POLL_CAP_SECONDS)
         return settled
+
+    def _provider(self, plugin_id: str, plugin_version: str) -> Provider | None:
+        return self.plan.provider(f"subscription:{plugin_id}")
+
+    async def _drop_expired_not_ready(self, conn: AsyncConnection) -> None:
+        """not_ready evaluations no trigger came back for within not_ready_max_seconds are dropped."""
+        if time.monotonic() < self._expiry_checked + NOT_READY_SWEEP_SECONDS:
+            return
+        self._expiry_checked = time.monotonic()
+        await conn.execute(
+            "UPDATE monitor_evaluations SET state = 'dropped' WHERE state = 'pending' AND next_attempt_at IS NULL"
+            " AND first_not_ready_at + make_interval(secs => %s) < now()",
+            (self.settings.monitoring.not_ready_max_seconds,))
 
     async def _record(self, conn: AsyncConnection, version_id: str, corpus_id: str) -> dict | None:
         cur = await conn.execute("SELECT position, payload FROM journal WHERE version_id = %s"

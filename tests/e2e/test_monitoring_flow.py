@@ -20,6 +20,8 @@ from tests.conftest import ServerProcess, assert_error, client_for, create_corpu
 from tests.e2e.conftest import EVALUATOR, EVALUATOR_VERSION
 from tests.integration.webhook_receiver import WebhookReceiver
 
+QUERY = EVALUATOR.parent / "query"
+QUERY_VERSION = "0.1.0"
 DESTINATION = "alerts"
 DEADLINE_SECONDS = 40
 
@@ -37,6 +39,8 @@ def deployment(databases, tmp_path_factory):
     folder = tmp_path_factory.mktemp("monitoring-flow")
     (folder / "fixture-evaluator").mkdir()
     shutil.copy(EVALUATOR / "contentsvc-plugin.json", folder / "fixture-evaluator")
+    (folder / "query").mkdir()
+    shutil.copy(QUERY / "contentsvc-plugin.json", folder / "query")
     secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
     receiver = WebhookReceiver(secret)
     config = folder / "contentsvc.toml"
@@ -44,6 +48,8 @@ def deployment(databases, tmp_path_factory):
         f'[plugins.fixture-evaluator]\nendpoint = "http://127.0.0.1:{free_port()}"\n'
         f'version = "{EVALUATOR_VERSION}"\nmanifest = "fixture-evaluator/contentsvc-plugin.json"\n'
         f'launch = "fixture-evaluator"\n\n'
+        f'[plugins.query]\nendpoint = "http://127.0.0.1:{free_port()}"\nversion = "{QUERY_VERSION}"\n'
+        f'manifest = "query/contentsvc-plugin.json"\nlaunch = "query"\n\n'
         f'[destinations.{DESTINATION}]\nurl = "{receiver.url}"\nsecret = "{secret}"\n')
     url = databases.create()
     server = ServerProcess(url, folder, {"CONTENTSVC_CONFIG": str(config)})
@@ -82,13 +88,15 @@ def ingest(api: httpx.Client, corpus_id: str, record_key: str, text: str) -> dic
     return wait_current(api, wait_resolved(api, r.json()["receipt_id"]))
 
 
-def subscribe(api: httpx.Client, corpus_ids: list[str], expression: dict, name: str = "Alerts") -> dict:
+def subscribe(api: httpx.Client, corpus_ids: list[str], expression: dict, name: str = "Alerts",
+              evaluator: dict | None = None) -> dict:
     r = api.post("/v0/saved-queries", json={"idempotency_key": uuid.uuid4().hex, "name": name,
                                             "corpus_ids": corpus_ids, "expression": expression})
     assert r.status_code == 201, r.text
     r = api.post("/v0/subscriptions", json={
         "idempotency_key": uuid.uuid4().hex, "name": name, "saved_query_version_id": r.json()["current_version_id"],
-        "evaluator": {"plugin_id": "fixture-evaluator", "version": EVALUATOR_VERSION, "configuration": {}},
+        "evaluator": evaluator or {"plugin_id": "fixture-evaluator", "version": EVALUATOR_VERSION,
+                                   "configuration": {}},
         "destination_id": DESTINATION})
     assert r.status_code == 201, r.text
     return r.json()
@@ -320,3 +328,20 @@ def test_a_retryable_error_keeps_the_evaluation_pending_until_the_subscription_g
     until(lambda: api.get(f"/v0/subscriptions/{flaky['subscription_id']}").json()["evaluation"]["pending"] == 0,
           "the pending evaluation to be dropped")
     assert matches(api, subscription_id=flaky["subscription_id"]) == []
+
+
+def test_the_query_evaluator_matches_through_the_monitor(api):
+    # decisions-part2 "Plugin processes and first-party plugins": `query` matches iff the whole
+    # Version matches; part_keys = the matching Parts; details {score, snippet}
+    corpus = create_corpus(api)
+    sub = subscribe(api, [corpus], {"query": "crane AND harbour"}, "Query",
+                    {"plugin_id": "query", "version": QUERY_VERSION, "configuration": {"snippet_chars": 40}})
+    miss = ingest(api, corpus, "miss", "A crane, but no port in sight.")
+    hit = ingest(api, corpus, "hit", "The crane in the harbour was repaired.")
+    [match] = until(lambda: matches(api, subscription_id=sub["subscription_id"]), "the query Match")
+    assert match["record_id"] == hit["record_id"]
+    assert match["evidence"]["part_keys"] == ["body"]
+    assert match["evidence"]["details"]["snippet"]["part_key"] == "body"
+    until(lambda: api.get(f"/v0/subscriptions/{sub['subscription_id']}").json()["evaluation"]["pending"] == 0,
+          "both evaluations settled")
+    assert matches(api, record_id=miss["record_id"]) == []

@@ -3,17 +3,21 @@
 -- written by it (src/contentsvc/monitoring/matches.py), in the checkpoint's transaction or in the
 -- transaction that settles one evaluator answer.
 
--- Each Subscription as of the monitor's checkpoint (not as of now): which Version judges, and
--- whether it is enabled, at the position of the event being folded.
-CREATE TABLE monitor_subscriptions (
-    subscription_id  text PRIMARY KEY,
+-- Each Subscription's state after each of its `subscription.committed` events, at that event's
+-- journal position: the judging Version (the latest activated before a position) and whether it
+-- was enabled there are read at the position of the event being folded, so folding the journal
+-- again from an earlier checkpoint decides exactly as the first time.
+CREATE TABLE monitor_subscription_history (
+    subscription_id  text NOT NULL,
+    position         bigint NOT NULL,
     org_id           text NOT NULL,
-    version_id       text NOT NULL,   -- the Version activated last before the checkpoint
+    version_id       text NOT NULL,   -- the current Version after this event
     corpus_ids       text[] NOT NULL, -- that Version's pinned Saved Query Version's
     enabled          boolean NOT NULL,
-    deleted          boolean NOT NULL
+    deleted          boolean NOT NULL,
+    PRIMARY KEY (subscription_id, position)
 );
-CREATE INDEX monitor_subscriptions_live ON monitor_subscriptions (org_id) WHERE enabled AND NOT deleted;
+CREATE INDEX monitor_subscription_history_by_org ON monitor_subscription_history (org_id, subscription_id, position);
 
 -- One row per (Subscription Version, Record Version) ever triggered: one evaluation each, never
 -- two (a Version made current again is not evaluated again). `state`: pending (to call, or
@@ -26,6 +30,7 @@ CREATE TABLE monitor_evaluations (
     org_id                   text NOT NULL,
     corpus_id                text NOT NULL,
     record_id                text NOT NULL,
+    trigger_position         bigint NOT NULL, -- the journal position of the event that triggered it
     state                    text NOT NULL CHECK (state IN ('pending', 'decided', 'failed', 'dropped')),
     attempts                 integer NOT NULL DEFAULT 0,
     next_attempt_at          timestamptz,

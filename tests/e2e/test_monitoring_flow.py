@@ -12,6 +12,7 @@ import time
 import uuid
 
 import httpx
+import psycopg
 import pytest
 
 from contentsvc.processes.local_service import free_port
@@ -345,3 +346,32 @@ def test_the_query_evaluator_matches_through_the_monitor(api):
     until(lambda: api.get(f"/v0/subscriptions/{sub['subscription_id']}").json()["evaluation"]["pending"] == 0,
           "both evaluations settled")
     assert matches(api, record_id=miss["record_id"]) == []
+
+
+def test_folding_the_journal_again_duplicates_nothing(api, story, deployment):
+    # design.md "Part 2": results are committed idempotently; decisions-part2: one evaluation per
+    # (Subscription Version, Record Version), one Delivery per (Match, event type)
+    until(lambda: matches(api, subscription_id=story["sentinel"]["subscription_id"],
+                          record_id=story["other"]["record_id"]), "the story's Matches")
+
+    def census():
+        with psycopg.connect(deployment.url, autocommit=True) as conn:
+            return conn.execute("SELECT (SELECT count(*) FROM matches), (SELECT count(*) FROM deliveries),"
+                                " (SELECT count(*) FROM journal WHERE kind LIKE 'match.%%'),"
+                                " (SELECT count(*) FROM monitor_evaluations),"
+                                " (SELECT array_agg(s.name || ':' || m.record_id ORDER BY m.match_id) FROM matches m"
+                                "  JOIN subscriptions s USING (subscription_id))").fetchone()
+    with psycopg.connect(deployment.url, autocommit=True) as conn:
+        head = conn.execute("SELECT max(position) FROM journal").fetchone()[0]
+    until(lambda: _monitor_position(deployment.url) >= head, "the monitor to catch up")
+    before = census()
+    with psycopg.connect(deployment.url, autocommit=True) as conn:
+        conn.execute("UPDATE projector_checkpoints SET position = 0 WHERE name = 'monitor'")
+    until(lambda: _monitor_position(deployment.url) >= head, "the monitor to fold the journal again")
+    # A pair evaluated twice would show at once: its evaluation row commits with the checkpoint.
+    assert census() == before
+
+
+def _monitor_position(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute("SELECT position FROM projector_checkpoints WHERE name = 'monitor'").fetchone()[0]

@@ -1,15 +1,17 @@
 """Matches and the `monitor` worker's evaluation state (decisions-part2 "Evaluation trigger and
 eligibility", "Matches"; schema/020). The one writer of `matches`, `monitor_evaluations`,
-`monitor_subscriptions` and `monitor_subscription_status`.
+`monitor_subscription_history` and `monitor_subscription_status`.
 
 Every function runs inside the caller's open transaction and returns the journal events to
 append, so a Match, its Delivery and its change event commit together (the caller appends last).
 
 The fold side (`fold_*`) runs in the monitor's checkpoint transaction, event by event in journal
-order, so "as of the event's position" is what `monitor_subscriptions` holds while it runs:
+order; Subscriptions are read as they were at the event's position (`monitor_subscription_history`),
+so folding the journal again from an earlier checkpoint decides as the first time:
 
-- `subscription.committed` moves the Subscription's judging Version and enabled state; a disable
-  or delete drops its pending evaluations (disable blocks new evaluation commits).
+- `subscription.committed` records the Subscription's judging Version and enabled state at its
+  position; a disable or delete drops its evaluations triggered before it (disable blocks new
+  evaluation commits).
 - the `record.availability_changed` that makes a Version current and searchable triggers one
   evaluation per live Subscription whose Version pins its Corpus (insert-if-absent: a Version
   made current again is not evaluated again), and re-arms a `not_ready` one;
@@ -137,20 +139,26 @@ async def list_matches(conn: AsyncConnection, org_id: str, scope: list[str] | No
 
 
 async def fold_subscription(conn: AsyncConnection, e: JournalEvent) -> None:
+    """The Subscription's state at this position; a disable or delete drops its evaluations
+    triggered before it (disable blocks new evaluation commits)."""
     p: me.SubscriptionCommitted = e.payload
     if p.version is not UNSET:
-        await conn.execute(
-            "INSERT INTO monitor_subscriptions (subscription_id, org_id, version_id, corpus_ids, enabled, deleted)"
-            " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (subscription_id) DO UPDATE SET"
-            " version_id = EXCLUDED.version_id, corpus_ids = EXCLUDED.corpus_ids, enabled = EXCLUDED.enabled,"
-            " deleted = EXCLUDED.deleted",
-            (p.subscription_id, e.org_id, p.version.version_id, p.version.corpus_ids, p.enabled, p.deleted))
+        corpus_ids = p.version.corpus_ids
     else:
-        await conn.execute("UPDATE monitor_subscriptions SET enabled = %s, deleted = %s WHERE subscription_id = %s",
-                           (p.enabled, p.deleted, p.subscription_id))
+        cur = await conn.execute("SELECT corpus_ids FROM monitor_subscription_history WHERE subscription_id = %s"
+                                 " AND position < %s ORDER BY position DESC LIMIT 1", (p.subscription_id, e.position))
+        row = await cur.fetchone()
+        if row is None:  # cannot happen: a Subscription's first fact carries its Version
+            return
+        corpus_ids = row[0]
+    await conn.execute(
+        "INSERT INTO monitor_subscription_history (subscription_id, position, org_id, version_id, corpus_ids, enabled,"
+        " deleted) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        (p.subscription_id, e.position, e.org_id, p.current_version_id, corpus_ids, p.enabled, p.deleted))
     if not p.enabled or p.deleted:
         await conn.execute("UPDATE monitor_evaluations SET state = 'dropped', next_attempt_at = NULL"
-                           " WHERE subscription_id = %s AND state = 'pending'", (p.subscription_id,))
+                           " WHERE subscription_id = %s AND state = 'pending' AND trigger_position < %s",
+                           (p.subscription_id, e.position))
 
 
 def makes_current(p: ev.RecordAvailabilityChanged) -> bool:
@@ -168,11 +176,13 @@ async def fold_made_current(conn: AsyncConnection, e: JournalEvent, not_ready_ma
     p: ev.RecordAvailabilityChanged = e.payload
     cur = await conn.execute(
         "INSERT INTO monitor_evaluations (subscription_version_id, version_id, subscription_id, org_id, corpus_id,"
-        "                                 record_id, state, next_attempt_at)"
-        " SELECT s.version_id, %s, s.subscription_id, s.org_id, %s, %s, 'pending', now()"
-        " FROM monitor_subscriptions s WHERE s.org_id = %s AND s.enabled AND NOT s.deleted AND %s = ANY(s.corpus_ids)"
+        "                                 record_id, trigger_position, state, next_attempt_at)"
+        " SELECT s.version_id, %s, s.subscription_id, s.org_id, %s, %s, %s, 'pending', now()"
+        " FROM (SELECT DISTINCT ON (h.subscription_id) h.* FROM monitor_subscription_history h"
+        "       WHERE h.org_id = %s AND h.position < %s ORDER BY h.subscription_id, h.position DESC) s"
+        " WHERE s.enabled AND NOT s.deleted AND %s = ANY(s.corpus_ids)"
         " ON CONFLICT DO NOTHING",
-        (p.version_id, e.corpus_id, p.record_id, e.org_id, e.corpus_id))
+        (p.version_id, e.corpus_id, p.record_id, e.position, e.org_id, e.position, e.corpus_id))
     await rearm_not_ready(conn, p.version_id, not_ready_max_seconds)
     return cur.rowcount
 

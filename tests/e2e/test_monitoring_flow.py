@@ -375,3 +375,31 @@ def test_folding_the_journal_again_duplicates_nothing(api, story, deployment):
 def _monitor_position(url: str) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         return conn.execute("SELECT position FROM projector_checkpoints WHERE name = 'monitor'").fetchone()[0]
+
+
+def test_a_new_subscription_version_judges_later_changes(api):
+    # part 2 rule 7: a new Version takes effect from its commit; later changes are judged by it,
+    # Matches keep the Version that produced them, nothing is backfilled
+    corpus = create_corpus(api)
+    sub = subscribe(api, [corpus], {"contains": "crane"}, "Versioned")
+    first = ingest(api, corpus, "v1", "A crane and a tug.")
+    [old] = until(lambda: matches(api, subscription_id=sub["subscription_id"]), "the first Version's Match")
+    r = api.post(f"/v0/saved-queries/{sub['saved_query_id']}/versions",
+                 json={"idempotency_key": uuid.uuid4().hex, "expression": {"contains": "tug"}})
+    assert r.status_code == 201, r.text
+    r = api.post(f"/v0/subscriptions/{sub['subscription_id']}/versions", json={
+        "idempotency_key": uuid.uuid4().hex, "saved_query_version_id": r.json()["version_id"],
+        "evaluator": {"plugin_id": "fixture-evaluator", "version": EVALUATOR_VERSION, "configuration": {}},
+        "destination_id": DESTINATION})
+    assert r.status_code == 201, r.text
+    new_version = r.json()["version_id"]
+    crane_only = ingest(api, corpus, "v2", "Only a crane here.")
+    tug_only = ingest(api, corpus, "v3", "Only a tug here.")
+    until(lambda: matches(api, subscription_id=sub["subscription_id"], record_id=tug_only["record_id"]),
+          "the new Version's Match")
+    until(lambda: api.get(f"/v0/subscriptions/{sub['subscription_id']}").json()["evaluation"]["pending"] == 0,
+          "every evaluation settled")
+    found = matches(api, subscription_id=sub["subscription_id"])
+    assert [(m["record_id"], m["subscription_version_id"]) for m in found] == [
+        (first["record_id"], old["subscription_version_id"]), (tug_only["record_id"], new_version)]
+    assert crane_only["record_id"] not in {m["record_id"] for m in found}

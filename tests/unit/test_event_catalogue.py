@@ -52,6 +52,7 @@ def test_public_kinds_are_the_public_payloads():
     assert ev.PUBLIC_KINDS == {kind for kind, t in ev.PAYLOAD_TYPES.items() if t.public}
     assert ev.PUBLIC_KINDS == {"corpus.created", "corpus.retrieval_changed", "record.accepted",
                                "record.availability_changed", "record.withdrawn", "receipt.resolved",
-                               "operation.changed", "delivery.changed", "saved_query.updated", "saved_query.deleted",
+                               "operation.changed", "match.created", "match.withdrawn", "delivery.changed",
+                               "saved_query.updated", "saved_query.deleted",
                                "saved_query.renamed", "subscription.updated", "subscription.deleted",
                                "subscription.renamed"}

@@ -58,7 +58,12 @@ SLICE_PARTS = {"routes": "api", "commands": "commands", "workers": "projectors",
                # Which evaluator serves new Subscriptions (a registry read), the pure subscription
                # request builder the preview and the monitor worker share, the preview and
                # evaluator migration routes.
-               "evaluators": "readmodel", "evaluation_request": "domain", "previews": "api", "migration": "api"}
+               "evaluators": "readmodel", "evaluation_request": "domain", "previews": "api", "migration": "api",
+               # Its evaluator: the worker, the Matches' one writer (above the read side: it commits
+               # each Match with its Delivery through the Delivery writer), the pure batching and
+               # answer checks, the match.* payloads, the Match routes.
+               "monitor": "projectors", "matches": "search", "batches": "domain",
+               "match_events": "slice_events", "match_routes": "api"}
 
 # The domain computes; it never reaches a database, a network, an index or a server.
 DOMAIN_FORBIDDEN = ("psycopg", "psycopg_pool", "httpx", "tantivy", "hnswlib", "litestar", "uvicorn", "os",

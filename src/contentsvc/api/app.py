@@ -20,6 +20,7 @@ from contentsvc.api.routes import with_options
 from contentsvc.monitoring import delivery_routes
 from contentsvc.monitoring import migration as evaluator_migration
 from contentsvc.monitoring import previews as subscription_previews
+from contentsvc.monitoring import match_routes
 from contentsvc.monitoring import routes as monitoring_routes
 from contentsvc.plugins import routes as plugin_routes
 from contentsvc.readmodel.changes import FEED_PROJECTOR, FeedTicker
@@ -140,6 +141,7 @@ ROUTES = with_options([
     *records.ROUTES, *receipts.ROUTES, *search.ROUTES, *corpora.ROUTES, *changes.ROUTES, *health.ROUTES,
     *openapi.ROUTES, *uploads.ROUTES, *operations.ROUTES, *plugin_routes.ROUTES,
     *monitoring_routes.ROUTES, *delivery_routes.ROUTES, *subscription_previews.ROUTES, *evaluator_migration.ROUTES,
+    *match_routes.ROUTES,
 ])
 
 

@@ -26,6 +26,7 @@ from msgspec import UNSET, UnsetType
 
 from contentsvc.ids import new_id
 from contentsvc.monitoring.delivery_events import DeliveryChanged
+from contentsvc.monitoring.match_events import MatchCreated, MatchWithdrawn
 from contentsvc.monitoring.events import (
     SavedQueryCommitted,
     SavedQueryDeleted,
@@ -306,8 +307,8 @@ Payload = Union[
     OperationChanged,
     # the plugin registry (plugins/events.py)
     PluginRegistered, PluginChecked, PluginStateChanged, PluginPlanCommitted,
-    # monitoring (monitoring/delivery_events.py)
-    DeliveryChanged,
+    # monitoring (monitoring/match_events.py, monitoring/delivery_events.py)
+    MatchCreated, MatchWithdrawn, DeliveryChanged,
     # saved queries and subscriptions (monitoring/events.py)
     SavedQueryCommitted, SavedQueryUpdated, SavedQueryDeleted, SavedQueryRenamed,
     SubscriptionCommitted, SubscriptionUpdated, SubscriptionDeleted, SubscriptionRenamed,

@@ -136,17 +136,27 @@ class SubscriptionHead:
     scope: list[str]
     created_at: str
     updated_at: str
+    # What the `monitor` worker reports (monitoring/matches.py): evaluations waiting, the last
+    # settled one, the last terminal failure.
+    pending: int = 0
+    last_evaluated_at: str | None = None
+    last_error: dict | None = None
 
     def view(self) -> Subscription:
         return Subscription(subscription_id=self.subscription_id, name=self.name, owner=self.owner,
                             saved_query_id=self.saved_query_id, current_version_id=self.current_version_id,
                             enabled=self.enabled, deleted=self.deleted, disabled_reason=self.disabled_reason,
                             created_at=self.created_at, updated_at=self.updated_at,
-                            evaluation=EvaluationView(pending=0))
+                            evaluation=EvaluationView(pending=self.pending,
+                                                      last_evaluated_at=self.last_evaluated_at,
+                                                      last_error=self.last_error))
 
 
 def _timestamps(row: dict) -> dict:
-    return {**row, "created_at": iso(row["created_at"]), "updated_at": iso(row["updated_at"])}
+    out = {**row, "created_at": iso(row["created_at"]), "updated_at": iso(row["updated_at"])}
+    if out.get("last_evaluated_at") is not None:
+        out["last_evaluated_at"] = iso(out["last_evaluated_at"])
+    return out
 
 
 async def saved_query_head(conn: AsyncConnection, org_id: str, saved_query_id: str) -> SavedQueryHead | None:
@@ -159,7 +169,13 @@ async def saved_query_head(conn: AsyncConnection, org_id: str, saved_query_id: s
 
 
 _SUBSCRIPTION_COLUMNS = """subscription_id, revision, name, owner, saved_query_id, current_version_id, enabled,
-    deleted, disabled_reason, scope, created_at, updated_at"""
+    deleted, disabled_reason, scope, created_at, updated_at,
+    (SELECT count(*) FROM monitor_evaluations e WHERE e.subscription_id = subscriptions.subscription_id
+       AND e.state = 'pending')::int AS pending,
+    (SELECT st.last_evaluated_at FROM monitor_subscription_status st
+       WHERE st.subscription_id = subscriptions.subscription_id) AS last_evaluated_at,
+    (SELECT st.last_error FROM monitor_subscription_status st
+       WHERE st.subscription_id = subscriptions.subscription_id) AS last_error"""
 
 
 async def subscription_head(conn: AsyncConnection, org_id: str, subscription_id: str) -> SubscriptionHead | None:

@@ -50,6 +50,7 @@ PROCESSES: tuple[ProcessKind, ...] = (
     ProcessKind("vectors", PROJECTOR, "contentsvc.projectors.vectors:VectorProjector"),
     ProcessKind("gc", WORKER, "contentsvc.projectors.gc:GarbageCollector"),
     ProcessKind("plugins", WORKER, "contentsvc.plugins.workers:PluginsWorker"),
+    ProcessKind("monitor", WORKER, "contentsvc.monitoring.monitor:MonitorWorker"),
     ProcessKind("deliveries", WORKER, "contentsvc.monitoring.deliverer:DeliveriesWorker"),
 )
 

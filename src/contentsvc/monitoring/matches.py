@@ -1,0 +1,360 @@
+"""Matches and the `monitor` worker's evaluation state (decisions-part2 "Evaluation trigger and
+eligibility", "Matches"; schema/020). The one writer of `matches`, `monitor_evaluations`,
+`monitor_subscription_history` and `monitor_subscription_status`.
+
+Every function runs inside the caller's open transaction and returns the journal events to
+append, so a Match, its Delivery and its change event commit together (the caller appends last).
+
+The fold side (`fold_*`) runs in the monitor's checkpoint transaction, event by event in journal
+order; Subscriptions are read as they were at the event's position (`monitor_subscription_history`),
+so folding the journal again from an earlier checkpoint decides as the first time:
+
+- `subscription.committed` records the Subscription's judging Version and enabled state at its
+  position; a disable or delete drops its evaluations triggered before it (disable blocks new
+  evaluation commits).
+- the `record.availability_changed` that makes a Version current and searchable triggers one
+  evaluation per live Subscription whose Version pins its Corpus (insert-if-absent: a Version
+  made current again is not evaluated again), and re-arms a `not_ready` one;
+- `record.enriched` marks the Version enriched (the request's `enriched`) and re-arms a `not_ready` one;
+- a Version no longer current (the currentness-only `is_current: false`) withdraws its active
+  Matches (`version_replaced`) and drops its pending evaluations; `record.withdrawn` does the
+  same for every Version of the Record (`record_withdrawn`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from contentsvc.config.settings import DeliverySettings
+from contentsvc.domain.clock import iso
+from contentsvc.ids import new_id
+from contentsvc.journal import events as ev
+from contentsvc.journal.events import JournalEvent, NewEvent
+from contentsvc.monitoring import events as me
+from contentsvc.monitoring.deliveries import (
+    HELD_DELETED,
+    HELD_DISABLED,
+    MATCH_CREATED,
+    MATCH_WITHDRAWN,
+    Notice,
+    create_delivery,
+)
+from contentsvc.monitoring.match_events import MATCH_SUBJECT, MatchCreated, MatchWithdrawn
+from contentsvc.domain.models import Output
+
+RECORD_WITHDRAWN = "record_withdrawn"
+VERSION_REPLACED = "version_replaced"
+EVALUATOR_FAILED = "evaluator_failed"
+EVALUATOR_INVALID_OUTPUT = "evaluator_invalid_output"
+
+
+# ------------------------------------------------------------------------- views
+
+
+class MatchDeliveryRef(Output, kw_only=True):
+    delivery_id: str
+    event_type: str
+    state: str
+
+
+class Evidence(Output, kw_only=True):
+    explanation: str
+    part_keys: list[str]
+    details: dict[str, Any]
+
+
+class Match(Output, kw_only=True):
+    match_id: str
+    subscription_id: str
+    subscription_version_id: str
+    saved_query_version_id: str
+    corpus_id: str
+    record_id: str
+    version_id: str
+    evidence: Evidence
+    state: str  # active or withdrawn
+    deliveries: list[MatchDeliveryRef]
+    created_at: str
+    withdrawn_reason: str | UnsetType = UNSET  # record_withdrawn or version_replaced
+    withdrawn_at: str | UnsetType = UNSET
+
+
+class MatchPage(Output, kw_only=True):
+    items: list[Match]
+    next_page_cursor: str | UnsetType = UNSET
+
+
+_MATCH_COLUMNS = """m.match_id, m.subscription_id, m.subscription_version_id, m.saved_query_version_id, m.corpus_id,
+    m.record_id, m.version_id, m.evidence, m.state, m.created_at, m.withdrawn_reason, m.withdrawn_at,
+    coalesce((SELECT jsonb_agg(jsonb_build_object('delivery_id', d.delivery_id, 'event_type', d.event_type,
+                                                  'state', d.state) ORDER BY d.delivery_id)
+              FROM deliveries d WHERE d.match_id = m.match_id), '[]'::jsonb) AS deliveries"""
+
+
+def _match(row: dict) -> Match:
+    return Match(
+        match_id=row["match_id"], subscription_id=row["subscription_id"],
+        subscription_version_id=row["subscription_version_id"], saved_query_version_id=row["saved_query_version_id"],
+        corpus_id=row["corpus_id"], record_id=row["record_id"], version_id=row["version_id"],
+        evidence=msgspec.convert(row["evidence"], Evidence), state=row["state"],
+        deliveries=[MatchDeliveryRef(**d) for d in row["deliveries"]], created_at=iso(row["created_at"]),
+        withdrawn_reason=row["withdrawn_reason"] or UNSET,
+        withdrawn_at=iso(row["withdrawn_at"]) if row["withdrawn_at"] is not None else UNSET)
+
+
+async def visible_match(conn: AsyncConnection, org_id: str, scope: list[str] | None, match_id: str) -> Match | None:
+    """rule 8: a Match of a Subscription whose pinned Corpora the key all grants (`scope` None: all)."""
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(
+        f"SELECT {_MATCH_COLUMNS} FROM matches m JOIN subscriptions s ON s.subscription_id = m.subscription_id"
+        " WHERE m.org_id = %s AND m.match_id = %s AND (%s::text[] IS NULL OR s.scope <@ %s::text[])",
+        (org_id, match_id, scope, scope))
+    row = await cur.fetchone()
+    return None if row is None else _match(row)
+
+
+async def list_matches(conn: AsyncConnection, org_id: str, scope: list[str] | None, subscription_id: str | None,
+                       record_id: str | None, state: str | None, after: str | None, limit: int) -> list[Match]:
+    """Ascending id, filtered; only Matches of Subscriptions whose pinned Corpora the key all grants."""
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(
+        f"SELECT {_MATCH_COLUMNS} FROM matches m JOIN subscriptions s ON s.subscription_id = m.subscription_id"
+        " WHERE m.org_id = %s AND m.match_id > %s AND (%s::text[] IS NULL OR s.scope <@ %s::text[])"
+        "   AND (%s::text IS NULL OR m.subscription_id = %s::text) AND (%s::text IS NULL OR m.record_id = %s::text)"
+        "   AND (%s::text IS NULL OR m.state = %s::text)"
+        " ORDER BY m.match_id LIMIT %s",
+        (org_id, after or "", scope, scope, subscription_id, subscription_id, record_id, record_id, state, state,
+         limit))
+    return [_match(row) for row in await cur.fetchall()]
+
+
+# ------------------------------------------------------------------------- the fold
+
+
+async def fold_subscription(conn: AsyncConnection, e: JournalEvent) -> None:
+    """The Subscription's state at this position; a disable or delete drops its evaluations
+    triggered before it (disable blocks new evaluation commits)."""
+    p: me.SubscriptionCommitted = e.payload
+    if p.version is not UNSET:
+        corpus_ids = p.version.corpus_ids
+    else:
+        cur = await conn.execute("SELECT corpus_ids FROM monitor_subscription_history WHERE subscription_id = %s"
+                                 " AND position < %s ORDER BY position DESC LIMIT 1", (p.subscription_id, e.position))
+        row = await cur.fetchone()
+        if row is None:  # cannot happen: a Subscription's first fact carries its Version
+            return
+        corpus_ids = row[0]
+    await conn.execute(
+        "INSERT INTO monitor_subscription_history (subscription_id, position, org_id, version_id, corpus_ids, enabled,"
+        " deleted) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        (p.subscription_id, e.position, e.org_id, p.current_version_id, corpus_ids, p.enabled, p.deleted))
+    if not p.enabled or p.deleted:
+        await conn.execute("UPDATE monitor_evaluations SET state = 'dropped', next_attempt_at = NULL"
+                           " WHERE subscription_id = %s AND state = 'pending' AND trigger_position < %s",
+                           (p.subscription_id, e.position))
+
+
+def makes_current(p: ev.RecordAvailabilityChanged) -> bool:
+    return p.is_current is True and p.searchable is True
+
+
+def ends_currentness(p: ev.RecordAvailabilityChanged) -> bool:
+    """The currentness-only event of a Version a newer one replaced (projectors/currentness.py)."""
+    return p.is_current is False and p.state is UNSET
+
+
+async def fold_made_current(conn: AsyncConnection, e: JournalEvent, not_ready_max_seconds: int) -> int:
+    """One pending evaluation per live Subscription whose judging Version pins the event's Corpus;
+    a `not_ready` one of this Version is due again (or dropped past `not_ready_max_seconds`)."""
+    p: ev.RecordAvailabilityChanged = e.payload
+    cur = await conn.execute(
+        "INSERT INTO monitor_evaluations (subscription_version_id, version_id, subscription_id, org_id, corpus_id,"
+        "                                 record_id, trigger_position, state, next_attempt_at)"
+        " SELECT s.version_id, %s, s.subscription_id, s.org_id, %s, %s, %s, 'pending', now()"
+        " FROM (SELECT DISTINCT ON (h.subscription_id) h.* FROM monitor_subscription_history h"
+        "       WHERE h.org_id = %s AND h.position < %s ORDER BY h.subscription_id, h.position DESC) s"
+        " WHERE s.enabled AND NOT s.deleted AND %s = ANY(s.corpus_ids)"
+        " ON CONFLICT DO NOTHING",
+        (p.version_id, e.corpus_id, p.record_id, e.position, e.org_id, e.position, e.corpus_id))
+    await rearm_not_ready(conn, p.version_id, not_ready_max_seconds)
+    return cur.rowcount
+
+
+async def fold_enriched(conn: AsyncConnection, version_id: str, not_ready_max_seconds: int) -> None:
+    await conn.execute("INSERT INTO monitor_enriched_versions (version_id) VALUES (%s) ON CONFLICT DO NOTHING",
+                       (version_id,))
+    await rearm_not_ready(conn, version_id, not_ready_max_seconds)
+
+
+async def is_enriched(conn: AsyncConnection, version_id: str) -> bool:
+    cur = await conn.execute("SELECT 1 FROM monitor_enriched_versions WHERE version_id = %s", (version_id,))
+    return await cur.fetchone() is not None
+
+
+async def rearm_not_ready(conn: AsyncConnection, version_id: str, not_ready_max_seconds: int) -> None:
+    """decisions-part2: not_ready is evaluated again at the next record.enriched or
+    record.availability_changed of the Version; dropped after not_ready_max_seconds."""
+    await conn.execute(
+        "UPDATE monitor_evaluations SET"
+        " state = CASE WHEN first_not_ready_at + make_interval(secs => %s) < now() THEN 'dropped' ELSE state END,"
+        " next_attempt_at = CASE WHEN first_not_ready_at + make_interval(secs => %s) < now() THEN NULL"
+        "                   ELSE now() END"
+        " WHERE version_id = %s AND state = 'pending' AND next_attempt_at IS NULL",
+        (not_ready_max_seconds, not_ready_max_seconds, version_id))
+
+
+async def fold_not_current(conn: AsyncConnection, e: JournalEvent, settings: DeliverySettings) -> list[NewEvent]:
+    version_id = e.payload.version_id
+    await conn.execute("UPDATE monitor_evaluations SET state = 'dropped', next_attempt_at = NULL"
+                       " WHERE version_id = %s AND state = 'pending'", (version_id,))
+    return await _withdraw(conn, "version_id = %s", version_id, VERSION_REPLACED, settings)
+
+
+async def fold_withdrawn(conn: AsyncConnection, e: JournalEvent, settings: DeliverySettings) -> list[NewEvent]:
+    record_id = e.payload.record_id
+    await conn.execute("UPDATE monitor_evaluations SET state = 'dropped', next_attempt_at = NULL"
+                       " WHERE record_id = %s AND state = 'pending'", (record_id,))
+    return await _withdraw(conn, "record_id = %s", record_id, RECORD_WITHDRAWN, settings)
+
+
+async def hold_of(conn: AsyncConnection, subscription_id: str) -> tuple[bool, str | None]:
+    """(enabled, hold) of the Subscription now. Taken under the Subscription's command lock (the
+    transaction-level advisory lock monitoring/commands.py takes on `subscription:<id>`), so a
+    disable, enable or delete either committed before (and is read here) or waits for this
+    transaction, and then holds or releases the Deliveries it created."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"subscription:{subscription_id}",))
+    cur = await conn.execute("SELECT enabled, deleted FROM subscriptions WHERE subscription_id = %s",
+                             (subscription_id,))
+    row = await cur.fetchone()
+    if row is None:
+        return False, HELD_DELETED
+    enabled, deleted = row
+    return enabled and not deleted, HELD_DELETED if deleted else (None if enabled else HELD_DISABLED)
+
+
+async def _withdraw(conn: AsyncConnection, where: str, value: str, reason: str,
+                    settings: DeliverySettings) -> list[NewEvent]:
+    """active -> withdrawn (terminal), each with its `match.withdrawn` change event and a pending
+    Delivery whatever the Subscription's state (held while disabled or deleted)."""
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(
+        f"UPDATE matches SET state = 'withdrawn', withdrawn_reason = %s, withdrawn_at = now()"
+        f" WHERE {where} AND state = 'active' RETURNING *", (reason, value))
+    out: list[NewEvent] = []
+    for m in await cur.fetchall():
+        _, held = await hold_of(conn, m["subscription_id"])
+        delivery = await create_delivery(conn, _notice(m, MATCH_WITHDRAWN), settings, held)
+        out.append(NewEvent(
+            org_id=m["org_id"], corpus_id=m["corpus_id"], subject_type=MATCH_SUBJECT, subject_id=m["match_id"],
+            version_id=m["version_id"],
+            payload=MatchWithdrawn(match_id=m["match_id"], subscription_id=m["subscription_id"],
+                                   subscription_version_id=m["subscription_version_id"], record_id=m["record_id"],
+                                   version_id=m["version_id"], reason=reason, withdrawn_at=iso(m["withdrawn_at"]),
+                                   delivery_id=delivery.delivery_id)))
+    return out
+
+
+def _notice(m: dict, event_type: str) -> Notice:
+    return Notice(org_id=m["org_id"], corpus_id=m["corpus_id"], match_id=m["match_id"],
+                  subscription_id=m["subscription_id"], subscription_version_id=m["subscription_version_id"],
+                  saved_query_id=m["saved_query_id"], saved_query_version_id=m["saved_query_version_id"],
+                  record_id=m["record_id"], version_id=m["version_id"], destination_id=m["destination_id"],
+                  event_type=event_type, owner=m["owner"])
+
+
+# ------------------------------------------------------------------------- settling answers
+
+
+async def lock_pending(conn: AsyncConnection, subscription_version_id: str, version_id: str) -> dict | None:
+    """The evaluation row, locked, while it is still pending; None once settled or dropped."""
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute("SELECT * FROM monitor_evaluations WHERE subscription_version_id = %s AND version_id = %s"
+                      " AND state = 'pending' FOR UPDATE", (subscription_version_id, version_id))
+    return await cur.fetchone()
+
+
+async def _settled(conn: AsyncConnection, row: dict, state: str, error: str | None = None) -> None:
+    await conn.execute(
+        "UPDATE monitor_evaluations SET state = %s, next_attempt_at = NULL, attempts = attempts + 1, last_error = %s"
+        " WHERE subscription_version_id = %s AND version_id = %s",
+        (state, error, row["subscription_version_id"], row["version_id"]))
+    status = {"code": error, "at": iso(await _now(conn))} if error is not None else None
+    await conn.execute(
+        "INSERT INTO monitor_subscription_status AS s (subscription_id, last_evaluated_at, last_error)"
+        " VALUES (%s, now(), %s) ON CONFLICT (subscription_id) DO UPDATE SET last_evaluated_at = now(),"
+        " last_error = coalesce(EXCLUDED.last_error, s.last_error)",
+        (row["subscription_id"], None if status is None else Jsonb(status)))
+
+
+async def _now(conn: AsyncConnection) -> datetime:
+    cur = await conn.execute("SELECT now()")
+    return (await cur.fetchone())[0]
+
+
+async def settle_no_match(conn: AsyncConnection, row: dict) -> None:
+    await _settled(conn, row, "decided")
+
+
+async def settle_failed(conn: AsyncConnection, row: dict, code: str) -> None:
+    """A terminal error (`evaluator_failed`) or an invalid answer (`evaluator_invalid_output`): no Match."""
+    await _settled(conn, row, "failed", code)
+
+
+async def settle_not_ready(conn: AsyncConnection, row: dict, not_ready_max_seconds: int) -> None:
+    """Kept pending until the Version's next trigger; dropped once waiting longer than allowed."""
+    await conn.execute(
+        "UPDATE monitor_evaluations SET attempts = attempts + 1, next_attempt_at = NULL,"
+        " first_not_ready_at = coalesce(first_not_ready_at, now()),"
+        " state = CASE WHEN coalesce(first_not_ready_at, now()) + make_interval(secs => %s) < now()"
+        "              THEN 'dropped' ELSE state END"
+        " WHERE subscription_version_id = %s AND version_id = %s",
+        (not_ready_max_seconds, row["subscription_version_id"], row["version_id"]))
+
+
+async def settle_retry(conn: AsyncConnection, row: dict, delay_seconds: float, cause: str) -> None:
+    await conn.execute(
+        "UPDATE monitor_evaluations SET attempts = attempts + 1, last_error = %s,"
+        " next_attempt_at = now() + make_interval(secs => %s)"
+        " WHERE subscription_version_id = %s AND version_id = %s",
+        (cause[:1024], delay_seconds, row["subscription_version_id"], row["version_id"]))
+
+
+async def settle_match(conn: AsyncConnection, row: dict, version: dict, evidence: dict,
+                       settings: DeliverySettings) -> list[NewEvent]:
+    """A `match` decision: the Match, its `match.created` Delivery and the change event, in the
+    caller's transaction. A Subscription disabled or deleted meanwhile commits nothing (disable
+    blocks new evaluation commits): the evaluation is dropped."""
+    enabled, held = await hold_of(conn, row["subscription_id"])
+    if not enabled:
+        await conn.execute("UPDATE monitor_evaluations SET state = 'dropped', next_attempt_at = NULL"
+                           " WHERE subscription_version_id = %s AND version_id = %s",
+                           (row["subscription_version_id"], row["version_id"]))
+        return []
+    await _settled(conn, row, "decided")
+    match_id = new_id("mat")
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(
+        "INSERT INTO matches (match_id, org_id, corpus_id, subscription_id, subscription_version_id, saved_query_id,"
+        " saved_query_version_id, record_id, version_id, destination_id, owner, evidence, state, created_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'active', now())"
+        " ON CONFLICT (subscription_version_id, version_id) DO NOTHING RETURNING *",
+        (match_id, row["org_id"], row["corpus_id"], row["subscription_id"], row["subscription_version_id"],
+         version["saved_query_id"], version["saved_query_version_id"], row["record_id"], row["version_id"],
+         version["destination_id"], version["owner"], Jsonb(evidence)))
+    m = await cur.fetchone()
+    if m is None:  # already matched (one evaluation per pair): nothing more to commit
+        return []
+    await create_delivery(conn, _notice(m, MATCH_CREATED), settings, held)
+    return [NewEvent(
+        org_id=m["org_id"], corpus_id=m["corpus_id"], subject_type=MATCH_SUBJECT, subject_id=m["match_id"],
+        version_id=m["version_id"],
+        payload=MatchCreated(match_id=m["match_id"], subscription_id=m["subscription_id"],
+                             subscription_version_id=m["subscription_version_id"], record_id=m["record_id"],
+                             version_id=m["version_id"], created_at=iso(m["created_at"])))]

@@ -1,24 +1,12 @@
-"""The subscription request builder and answer checks (part 2 "Plugin protocol" > Subscription
+"""The subscription request builder, and the answer checks as a preview meets them (part 2 "Plugin protocol" > Subscription
 request / response; decisions-part2 "Evaluation trigger and eligibility")."""
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 
-from contentsvc.monitoring.evaluation_request import (
-    Evaluation,
-    InvalidOutput,
-    RecordVersion,
-    batches,
-    checked_decisions,
-    deduplicated,
-    fingerprint,
-    idempotency_key,
-    record_object,
-    subscription_request,
-)
+from contentsvc.monitoring.batches import InvalidOutput, check_answer, part_keys, preview_batch, subscription_request
+from contentsvc.monitoring.evaluation_request import RecordVersion, record_object
 
 
 def version(**extra) -> RecordVersion:
@@ -54,31 +42,24 @@ def test_part_limit():
     assert len(record_object(many, enriched=False)["parts"]) == 256
 
 
-def test_ids_dedup_batches_and_key():
-    # decisions-part2: identical pairs deduplicated, split at max_batch_size, ids e1.., key from fingerprints
-    a = Evaluation({"contains": "x"}, {}, ({"subscription_id": "sub_1"},))
-    b = Evaluation({"contains": "x"}, {}, ({"subscription_id": "sub_2"},))
-    c = Evaluation({"contains": "y"}, {"label": "l"})
-    merged = deduplicated([a, b, c])
-    assert len(merged) == 2 and merged[0].subscriptions == ({"subscription_id": "sub_1"}, {"subscription_id": "sub_2"})
-    assert [len(batch) for batch in batches(merged * 3, 4)] == [4, 2]
-    request = subscription_request("inv_1", "org", {"record_version_id": "ver_1", "parts": []}, merged, {"k": 1})
-    assert [e["id"] for e in request["evaluations"]] == ["e1", "e2"]
+def test_the_request_carries_the_batch_and_both_configurations():
+    # part 2 Subscription request: record, evaluations (ids e1..), the plugin's configuration
+    record = record_object(version(), enriched=False)
+    batch = preview_batch("ver_1", {"contains": "x"}, {"label": "l"})
+    request = subscription_request("inv_1", "org", record, batch, {"k": 1})
+    assert request["idempotency_key"] == batch.idempotency_key and request["evaluations"] == batch.evaluations
+    assert [e["id"] for e in request["evaluations"]] == ["e1"] and request["evaluations"][0]["subscriptions"] == []
     assert request["contribution"] == "subscription" and request["configuration"] == {"k": 1}
-    expected = hashlib.sha256(b"ver_1" + b"".join(b"\n" + fp.encode() for fp in sorted(
-        [fingerprint({"contains": "x"}, {}), fingerprint({"contains": "y"}, {"label": "l"})]))).hexdigest()
-    assert request["idempotency_key"] == expected == idempotency_key("ver_1", list(reversed(merged)))
-    assert fingerprint({"a": 1, "b": 2}, {}) == fingerprint({"b": 2, "a": 1}, {})
+    assert part_keys(record) == {"title", "body"}
 
 
-REQUEST = {"record": {"parts": [{"key": "body", "role": "body", "text": "t"}]},
-           "evaluations": [{"id": "e1"}, {"id": "e2"}]}
+REQUEST_PARTS = {"body"}
 
 
 def test_checked_decisions():
     answer = {"decisions": [{"id": "e2", "decision": "no_match"},
                             {"id": "e1", "decision": "match", "evidence": {"explanation": "x", "part_keys": ["body"]}}]}
-    assert checked_decisions(answer, REQUEST) == {
+    assert check_answer(answer, ["e1", "e2"], REQUEST_PARTS) == {
         "e1": {"decision": "match", "evidence": {"explanation": "x", "part_keys": ["body"], "details": {}}},
         "e2": {"decision": "no_match"}}
 
@@ -96,4 +77,4 @@ def test_checked_decisions():
 def test_invalid_output(decisions):
     # decisions-part2: match without evidence, unknown part_keys, unknown or missing id, oversize
     with pytest.raises(InvalidOutput):
-        checked_decisions({"decisions": decisions}, REQUEST)
+        check_answer({"decisions": decisions}, ["e1", "e2"], REQUEST_PARTS)

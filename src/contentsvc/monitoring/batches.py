@@ -45,6 +45,10 @@ class Batch:
     evaluations: list[dict[str, Any]]
     members: dict[str, list[Pending]] = field(default_factory=dict)  # evaluation id -> its Subscriptions
 
+    @property
+    def ids(self) -> list[str]:
+        return [e["id"] for e in self.evaluations]
+
 
 def fingerprint(expression: dict[str, Any], configuration: dict[str, Any]) -> str:
     canonical = json.dumps({"configuration": configuration, "expression": expression}, sort_keys=True,
@@ -85,6 +89,25 @@ def plan_batches(record_version_id: str, pending: list[Pending], max_batch_size:
                                    **({"owner": s.owner} if s.owner is not None else {})} for s in subs]})
         batches.append(Batch(idempotency_key(record_version_id, chunk), evaluations, members))
     return batches
+
+
+def preview_batch(record_version_id: str, expression: dict[str, Any], configuration: dict[str, Any]) -> Batch:
+    """A preview's request: one evaluation, no Subscription behind it."""
+    return Batch(idempotency_key(record_version_id, [fingerprint(expression, configuration)]),
+                 [{"id": "e1", "expression": expression, "configuration": configuration, "subscriptions": []}])
+
+
+def part_keys(record: dict[str, Any]) -> set[str]:
+    return {part["key"] for part in record["parts"]}
+
+
+def subscription_request(invocation_id: str, organization_id: str, record: dict[str, Any], batch: Batch,
+                         configuration: dict[str, Any]) -> dict[str, Any]:
+    """One request for one batch; `configuration` is the plugin's installed configuration, each
+    evaluation's `configuration` the Subscription's evaluator configuration."""
+    return {"invocation_id": invocation_id, "idempotency_key": batch.idempotency_key,
+            "contribution": "subscription", "organization_id": organization_id, "record": record,
+            "evaluations": batch.evaluations, "configuration": configuration}
 
 
 class InvalidOutput(Exception):

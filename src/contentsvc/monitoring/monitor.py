@@ -35,7 +35,16 @@ from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
 from contentsvc.monitoring import events as me
 from contentsvc.monitoring import matches
-from contentsvc.monitoring.batches import Batch, InvalidOutput, Pending, check_answer, plan_batches
+from contentsvc.monitoring.batches import (
+    Batch,
+    InvalidOutput,
+    Pending,
+    check_answer,
+    part_keys,
+    plan_batches,
+    subscription_request,
+)
+from contentsvc.monitoring.evaluation_request import BUILTIN_NORMALIZATION, RecordVersion, record_object
 from contentsvc.plugins.client import PluginClient, PluginFailed, PluginUnreachable, random_backoff_delay
 from contentsvc.plugins.plans import ActivePlan, Provider
 from contentsvc.projectors.base import TableFold
@@ -63,24 +72,15 @@ class Call:
         return [(sv, self.version_id) for sv in self.rows]
 
 
-def record_request(accepted: dict[str, Any], corpus_id: str, position: int, enriched: bool) -> dict[str, Any]:
-    """The request's `record`: text Parts in manifest order (part 2: text only, at most 256),
-    source with the acceptance's journal position, provenance with `normalization`."""
+def record_request(accepted: dict[str, Any], corpus_id: str, enriched: bool) -> dict[str, Any]:
+    """The request's `record`, from the Version's record.accepted payload."""
     p = accepted
-    parts = [{"key": part["key"], "role": part.get("role", "body"), "text": part["content"]["text"]}
-             for part in p["manifest"].get("parts", []) if part.get("content", {}).get("kind") == "text"][:256]
     provenance = p.get("provenance") or {}
-    return {
-        "corpus_id": corpus_id, "record_id": p["record_id"], "record_version_id": p["version_id"],
-        "enriched": enriched, "parts": parts,
-        "source": {"namespace": p["source"]["namespace"], "record_key": p["source"]["record_key"],
-                   "position": str(position)},
-        "accepted_at": p["accepted_at"],
-        "provenance": {"origin": provenance.get("origin", "client"),
-                       **{k: provenance[k] for k in ("producer", "producer_version", "connector") if k in provenance},
-                       "normalization": provenance.get("normalization", "builtin")},
-        "extensions": p.get("extensions") or {},
-    }
+    version = RecordVersion(corpus_id=corpus_id, record_id=p["record_id"], record_version_id=p["version_id"],
+                            namespace=p["source"]["namespace"], record_key=p["source"]["record_key"],
+                            accepted_at=p["accepted_at"], manifest=p["manifest"], provenance=provenance,
+                            extensions=p.get("extensions"))
+    return record_object(version, enriched, provenance.get("normalization") or BUILTIN_NORMALIZATION)
 
 
 class MonitorWorker(TableFold):
@@ -192,15 +192,13 @@ class MonitorWorker(TableFold):
                 for batch in plan_batches(version_id, pending, subscription.max_batch_size):
                     if free <= 0:
                         break
-                    body = {"invocation_id": new_id("inv"), "idempotency_key": batch.idempotency_key,
-                            "contribution": "subscription", "organization_id": rows[0]["org_id"],
-                            "record": record, "evaluations": batch.evaluations,
-                            "configuration": provider.settings.configuration}
+                    body = subscription_request(new_id("inv"), rows[0]["org_id"], record, batch,
+                                                provider.settings.configuration)
                     task = asyncio.create_task(self._client(provider).invoke(
                         "subscription", body, float(self.settings.monitoring.evaluator_timeout_seconds)))
                     members = {p.subscription_version_id: by_sv[p.subscription_version_id]
                                for subs in batch.members.values() for p in subs}
-                    self._calls.append(Call(version_id, batch, {part["key"] for part in record["parts"]},
+                    self._calls.append(Call(version_id, batch, part_keys(record),
                                             members, task))
                     free -= 1
             cur = await conn.execute("SELECT extract(epoch FROM min(next_attempt_at) - now()) FROM monitor_evaluations"
@@ -229,7 +227,7 @@ class MonitorWorker(TableFold):
         row = await cur.fetchone()
         if row is None:
             return None
-        return record_request(row[1], corpus_id, row[0], await matches.is_enriched(conn, version_id))
+        return record_request(row[1], corpus_id, await matches.is_enriched(conn, version_id))
 
     async def _settle_calls(self, conn: AsyncConnection) -> bool:
         done = [c for c in self._calls if c.task.done()]

@@ -38,14 +38,8 @@ from contentsvc.domain.errors import ApiError
 from contentsvc.domain.models import Input, NonEmpty, Output
 from contentsvc.ids import new_id
 from contentsvc.monitoring import views
-from contentsvc.monitoring.evaluation_request import (
-    Evaluation,
-    InvalidOutput,
-    RecordVersion,
-    checked_decisions,
-    record_object,
-    subscription_request,
-)
+from contentsvc.monitoring.batches import InvalidOutput, check_answer, part_keys, preview_batch, subscription_request
+from contentsvc.monitoring.evaluation_request import RecordVersion, record_object
 from contentsvc.monitoring.evaluators import installed_evaluator
 from contentsvc.monitoring.shapes import EvaluatorPin, IdempotencyKey, check_against_evaluator
 from contentsvc.plugins.client import PluginClient, PluginFailed, PluginUnreachable
@@ -126,7 +120,7 @@ async def candidates(conn: AsyncConnection, org_id: str, corpus_ids: list[str], 
     return out
 
 
-async def _decide(client: PluginClient, org_id: str, records: list[dict], evaluation: Evaluation,
+async def _decide(client: PluginClient, org_id: str, records: list[dict], evaluation: tuple[dict, dict],
                   configuration: dict, settings: Settings) -> list[dict]:
     """One request per candidate Version, `evaluation_concurrency` at a time, all within
     `preview_timeout_seconds`; the decision of each, in the candidates' order."""
@@ -135,11 +129,12 @@ async def _decide(client: PluginClient, org_id: str, records: list[dict], evalua
 
     async def one(record: dict) -> dict:
         async with gate:
-            request = subscription_request(new_id("inv"), org_id, record, [evaluation], configuration)
+            batch = preview_batch(record["record_version_id"], *evaluation)
+            request = subscription_request(new_id("inv"), org_id, record, batch, configuration)
             remaining = max(0.001, deadline - time.monotonic())
             answer = await client.invoke("subscription", request,
                                          min(float(settings.monitoring.evaluator_timeout_seconds), remaining))
-            return checked_decisions(answer, request)["e1"]
+            return check_answer(answer, batch.ids, part_keys(record))["e1"]
 
     try:
         async with asyncio.timeout(settings.monitoring.preview_timeout_seconds):
@@ -164,7 +159,7 @@ class Prepared:
 
     records: list[dict]
     provider: Provider | None
-    evaluation: Evaluation
+    evaluation: tuple[dict, dict]  # the Saved Query Version's expression, the evaluator configuration
 
 
 async def prepare(conn: AsyncConnection, p: Principal, settings: Settings, req: PreviewRequest) -> Prepared:
@@ -175,7 +170,7 @@ async def prepare(conn: AsyncConnection, p: Principal, settings: Settings, req: 
                             req.evaluator.configuration)
     records = await candidates(conn, p.org_id, row["corpus_ids"], req.limit)
     provider = await load_provider(conn, settings, served.registration_id) if records else None
-    return Prepared(records, provider, Evaluation(row["expression"], req.evaluator.configuration))
+    return Prepared(records, provider, (row["expression"], req.evaluator.configuration))
 
 
 async def evaluate(prepared: Prepared, org_id: str, settings: Settings) -> Preview:

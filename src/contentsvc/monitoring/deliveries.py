@@ -268,8 +268,8 @@ async def notice_hold(conn: AsyncConnection, subscription_id: str) -> str | None
     cur = await conn.execute("SELECT enabled, deleted FROM subscriptions WHERE subscription_id = %s FOR SHARE",
                              (subscription_id,))
     row = await cur.fetchone()
-    if row is None:
-        return None
+    if row is None:  # no such Subscription: nothing may ever be sent for it
+        return HELD_DELETED
     enabled, deleted = row
     return HELD_DELETED if deleted else None if enabled else HELD_DISABLED
 

@@ -39,12 +39,11 @@ from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
 from contentsvc.monitoring import events as me
 from contentsvc.monitoring.deliveries import (
-    HELD_DELETED,
-    HELD_DISABLED,
     MATCH_CREATED,
     MATCH_WITHDRAWN,
     Notice,
     create_delivery,
+    notice_hold,
 )
 from contentsvc.monitoring.match_events import MATCH_SUBJECT, MatchCreated, MatchWithdrawn
 from contentsvc.domain.models import Output
@@ -225,18 +224,11 @@ async def fold_withdrawn(conn: AsyncConnection, e: JournalEvent, settings: Deliv
 
 
 async def hold_of(conn: AsyncConnection, subscription_id: str) -> tuple[bool, str | None]:
-    """(enabled, hold) of the Subscription now. Taken under the Subscription's command lock (the
-    transaction-level advisory lock monitoring/commands.py takes on `subscription:<id>`), so a
-    disable, enable or delete either committed before (and is read here) or waits for this
-    transaction, and then holds or releases the Deliveries it created."""
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"subscription:{subscription_id}",))
-    cur = await conn.execute("SELECT enabled, deleted FROM subscriptions WHERE subscription_id = %s",
-                             (subscription_id,))
-    row = await cur.fetchone()
-    if row is None:
-        return False, HELD_DELETED
-    enabled, deleted = row
-    return enabled and not deleted, HELD_DELETED if deleted else (None if enabled else HELD_DISABLED)
+    """(enabled, hold) of the Subscription now, read as deliveries.notice_hold reads it: a disable,
+    enable or delete either committed before (and is read here) or waits for this transaction,
+    and then holds or releases the Deliveries it created."""
+    held = await notice_hold(conn, subscription_id)
+    return held is None, held
 
 
 async def _withdraw(conn: AsyncConnection, where: str, value: str, reason: str,

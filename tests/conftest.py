@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from contentsvc.auth import keys
 from contentsvc.processes.local_service import LocalService, create_database, drop_database
@@ -36,20 +38,30 @@ def admin_url():
 
 
 class Databases:
-    """Creates fresh, migrated databases on the test server and drops them afterwards."""
+    """Creates fresh, migrated databases on the test server and drops them afterwards.
+
+    The migrations run once, into a template database; each fresh database is a copy of it
+    (CREATE DATABASE ... TEMPLATE), the same schema without replaying every migration per test."""
 
     def __init__(self, admin_url: str) -> None:
         self.admin_url = admin_url
         self.created: list[str] = []
+        self._template: str | None = None
+        self._lock = threading.Lock()  # tests may create databases from a background thread too
 
     def create(self) -> str:
-        url = create_database(self.admin_url, "cstest")
-        self.created.append(url)
-        migrate(url)
+        with self._lock:
+            if self._template is None:
+                template = create_database(self.admin_url, "cstpl")
+                self.created.append(template)
+                migrate(template)  # closes its connection: a template must have none while copied
+                self._template = conninfo_to_dict(template)["dbname"]
+            url = create_database(self.admin_url, "cstest", template=self._template)
+            self.created.append(url)
         return url
 
     def drop_all(self) -> None:
-        for url in self.created:
+        for url in reversed(self.created):  # copies before their template
             drop_database(self.admin_url, url)
 
 
@@ -80,6 +92,16 @@ class ServerProcess(LocalService):
 @pytest.fixture(scope="session")
 def server(database_url, tmp_path_factory):
     proc = ServerProcess(database_url, tmp_path_factory.mktemp("server"))
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def replay_server(databases, tmp_path_factory):
+    """A second `contentsvc run` on a database and home of its own, for the tests whose vector
+    replay cuts over every Corpus of the deployment (the shared `server` stays undisturbed).
+    They run one after another and each uses its own Organizations and Corpora."""
+    proc = ServerProcess(databases.create(), tmp_path_factory.mktemp("replay-server"))
     yield proc
     proc.stop()
 

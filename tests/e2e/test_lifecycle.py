@@ -98,7 +98,7 @@ class EmbeddedRun:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.kill()
                 raise AssertionError(f"{command} not ready:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.2)
+            time.sleep(0.05)
 
     def children(self) -> list[int]:
         return [child.pid for child in psutil.Process(self.process.pid).children()]

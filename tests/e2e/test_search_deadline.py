@@ -1,6 +1,6 @@
 """A search past its profile's `max_latency_ms` answers 504 `search_deadline_exceeded` (part 1 rule 20).
 
-A real `contentsvc run` on its own database. The test stalls the search's
+The session's real `contentsvc run`. The test stalls the search's
 canonical hydration from outside, the way a slow or locked database does:
 it holds an ACCESS EXCLUSIVE lock on `versions` while searches run. Each
 search must then answer the Error envelope with 504 once the profile's
@@ -11,16 +11,15 @@ goes), and the same searches answer their hits again once it is released.
 from __future__ import annotations
 
 import time
+import uuid
 
 import psycopg
 import pytest
 
 from tests.conftest import (
-    ServerProcess,
     assert_error,
     client_for,
     create_corpus,
-    key_for,
     text_command,
     wait_resolved,
 )
@@ -30,16 +29,12 @@ QUERIES = {"lexical": "measles vaccines", "semantic": "immunization of kids", "h
 
 
 @pytest.fixture(scope="module")
-def deployment(databases, tmp_path_factory):
-    """An own server (the test locks one of its tables) and a key for it."""
-    url = databases.create()
-    secret = key_for(url, "deadline")
-    server = ServerProcess(url, tmp_path_factory.mktemp("deadline"))
-    try:
-        with client_for(server, secret) as api:
-            yield server, api
-    finally:
-        server.stop()
+def deployment(server, make_key):
+    """The session's server and a key of an Organization of its own. The test locks one of the
+    shared database's tables for a few seconds: tests run one at a time, so only the server's
+    background folds meet the lock, and they wait for it like any writer would."""
+    with client_for(server, make_key(f"org-{uuid.uuid4().hex[:8]}")) as api:
+        yield server, api
 
 
 def search(api, corpus: str, mode: str):

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from tests.conftest import ServerProcess, client_for, create_corpus, key_for, text_command
+from tests.conftest import client_for, create_corpus, key_for, text_command
 
 TEXTS = {
     "vaccine": "Vaccines prevent measles infection in children.",
@@ -40,16 +40,10 @@ def semantic_top(api, corpus: str, query: str, expect: int = 1, timeout: float =
         time.sleep(0.2)
 
 
-def test_semantic_hybrid_coverage_and_vector_replay(databases, tmp_path):
-    # Its own server: the vector replay below cuts over every Corpus of the deployment.
-    url = databases.create()
-    secret = key_for(url, "semantic")
-    server = ServerProcess(url, tmp_path)
-    try:
-        with client_for(server, secret) as api:
-            _scenario(server, api)
-    finally:
-        server.stop()
+def test_semantic_hybrid_coverage_and_vector_replay(replay_server):
+    # Not the shared server: the vector replay below cuts over every Corpus of the deployment.
+    with client_for(replay_server, key_for(replay_server.database_url, "semantic")) as api:
+        _scenario(replay_server, api)
 
 
 def _scenario(server, api):

@@ -19,7 +19,7 @@ import psycopg
 
 from contentsvc.search import vector_index
 from contentsvc.search.embedding import DIMENSIONS
-from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, key_for, text_command
+from tests.conftest import assert_error, client_for, create_corpus, key_for, text_command
 from tests.e2e.test_semantic import wait_enriched
 
 QUERY = "immunization of kids"
@@ -109,16 +109,12 @@ def found_once_served(api, corpus_ids: list[str], expected: set[str], **extra) -
     return items
 
 
-def test_a_small_corpus_beside_thousands_of_closer_vectors_finds_every_relevant_document(databases, tmp_path):
-    # Its own server: the vector replay below cuts over every Corpus of the deployment.
-    url = databases.create()
-    server = ServerProcess(url, tmp_path)
-    try:
-        with client_for(server, key_for(url, "org-small")) as api, \
-                client_for(server, key_for(url, "org-other")) as other:
-            _filtered_before_ranking(server, api, other)
-    finally:
-        server.stop()
+def test_a_small_corpus_beside_thousands_of_closer_vectors_finds_every_relevant_document(replay_server):
+    # Not the shared server: the vector replay below cuts over every Corpus of the deployment.
+    url = replay_server.database_url
+    with client_for(replay_server, key_for(url, "org-small")) as api, \
+            client_for(replay_server, key_for(url, "org-other")) as other:
+        _filtered_before_ranking(replay_server, api, other)
 
 
 def _filtered_before_ranking(server, api, other):

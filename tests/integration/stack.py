@@ -42,7 +42,7 @@ class Stack:
             except httpx.HTTPError:
                 pass
             assert time.time() < deadline, self.log_path.read_text()[-4000:]
-            time.sleep(0.1)
+            time.sleep(0.05)
 
     def new_client(self) -> httpx.Client:
         return httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {self.secret}"}, timeout=30)

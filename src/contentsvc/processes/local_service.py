@@ -25,11 +25,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def create_database(admin_url: str, prefix: str) -> str:
-    """A new, empty database on admin_url's server; its URL."""
+def create_database(admin_url: str, prefix: str, template: str | None = None) -> str:
+    """A new database on admin_url's server, empty or a copy of the `template` database; its URL."""
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     params = conninfo_to_dict(admin_url)
     params["dbname"] = name
     return make_conninfo(**params)
@@ -76,7 +76,7 @@ class LocalService:
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(0.1)
+            time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"server not ready after {timeout:.0f} s:\n{self.tail()}")
 

@@ -2,8 +2,8 @@
 Subscriptions over SciFact.
 
 Usage:
-    contentsvc bench monitoring [--subscriptions 1000] [--distinct 250] [--versions 200]
-                                [--rate 5] [--seconds 60] [--dataset DIR]
+    contentsvc bench monitoring [--subscriptions 1000] [--distinct 250] [--versions 60]
+                                [--rate 5] [--seconds 30] [--cap 120] [--dataset DIR]
 
 `contentsvc run` on a fresh database (as `contentsvc bench plugins` starts it, its output in
 bench/results/monitoring-server.log) with a contentsvc.toml that launches the first-party `query`
@@ -138,11 +138,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="contentsvc bench monitoring", description=__doc__.split("\n\n")[0])
     p.add_argument("--subscriptions", type=int, default=1000, help="Subscriptions (default 1000)")
     p.add_argument("--distinct", type=int, default=250, help="distinct expressions among them (default 250)")
-    p.add_argument("--versions", type=int, default=200, help="documents ingested at once for the evaluation "
-                   "throughput and the delivery burst (default 200)")
+    p.add_argument("--versions", type=int, default=60, help="documents ingested at once for the evaluation "
+                   "throughput and the delivery burst (default 60)")
     p.add_argument("--rate", type=float, default=5.0, help="documents per second for the latency (default 5)")
-    p.add_argument("--seconds", type=float, default=60.0, help="how long the steady ingest runs (default 60)")
-    p.add_argument("--cap", type=float, default=90.0, help="the most any phase waits for its work (default 90 s)")
+    p.add_argument("--seconds", type=float, default=30.0, help="how long the steady ingest runs (default 30)")
+    p.add_argument("--cap", type=float, default=120.0, help="the most any phase waits for its work "
+                   "(default 120 s)")
     p.add_argument("--dataset", type=Path, default=DATASETS / "scifact", help="SciFact's folder")
     p.add_argument("--workdir", type=Path, help="where the deployment folder and the blob store go "
                    "(default: a temporary directory)")

@@ -29,6 +29,7 @@ bench:
 	contentsvc bench search
 	contentsvc bench upload
 	contentsvc bench plugins
+	contentsvc bench monitoring
 
 lint:
 	ruff check --select F,E9 src projectors bench tests

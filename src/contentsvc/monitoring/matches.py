@@ -272,6 +272,32 @@ async def lock_pending(conn: AsyncConnection, subscription_version_id: str, vers
     return await cur.fetchone()
 
 
+async def lock_pending_many(conn: AsyncConnection, subscription_version_ids: list[str], version_id: str) -> set[str]:
+    """lock_pending for a request's evaluations of one Version in one statement (in a fixed order):
+    the Subscription Versions whose evaluation is still pending, now locked."""
+    cur = await conn.execute(
+        "SELECT subscription_version_id FROM monitor_evaluations WHERE version_id = %s"
+        " AND subscription_version_id = ANY(%s) AND state = 'pending'"
+        " ORDER BY subscription_version_id FOR UPDATE", (version_id, subscription_version_ids))
+    return {r[0] for r in await cur.fetchall()}
+
+
+async def settle_no_match_many(conn: AsyncConnection, rows: list[dict]) -> None:
+    """settle_no_match for many evaluations of one Version at once: a decision per row, its
+    Subscription's last_evaluated_at (a request settles hundreds; one statement each, not per row)."""
+    if not rows:
+        return
+    await conn.execute(
+        "UPDATE monitor_evaluations SET state = 'decided', next_attempt_at = NULL, attempts = attempts + 1,"
+        " last_error = NULL WHERE version_id = %s AND subscription_version_id = ANY(%s)",
+        (rows[0]["version_id"], [r["subscription_version_id"] for r in rows]))
+    await conn.execute(
+        "INSERT INTO monitor_subscription_status AS s (subscription_id, last_evaluated_at, last_error)"
+        " SELECT DISTINCT unnest(%s::text[]), now(), NULL::jsonb"
+        " ON CONFLICT (subscription_id) DO UPDATE SET last_evaluated_at = now()",
+        (sorted({r["subscription_id"] for r in rows}),))
+
+
 async def _settled(conn: AsyncConnection, row: dict, state: str, error: str | None = None) -> None:
     await conn.execute(
         "UPDATE monitor_evaluations SET state = %s, next_attempt_at = NULL, attempts = attempts + 1, last_error = %s"
@@ -288,10 +314,6 @@ async def _settled(conn: AsyncConnection, row: dict, state: str, error: str | No
 async def _now(conn: AsyncConnection) -> datetime:
     cur = await conn.execute("SELECT now()")
     return (await cur.fetchone())[0]
-
-
-async def settle_no_match(conn: AsyncConnection, row: dict) -> None:
-    await _settled(conn, row, "decided")
 
 
 async def settle_failed(conn: AsyncConnection, row: dict, code: str) -> None:

@@ -245,10 +245,8 @@ class MonitorWorker(TableFold):
         return True
 
     async def _settle(self, conn: AsyncConnection, call: Call, not_ready_max: int) -> list[NewEvent]:
-        rows = {}
-        for sv, r in call.rows.items():
-            if await matches.lock_pending(conn, sv, call.version_id) is not None:
-                rows[sv] = r
+        pending = await matches.lock_pending_many(conn, list(call.rows), call.version_id)
+        rows = {sv: r for sv, r in call.rows.items() if sv in pending}
         if not rows:
             return []
         try:
@@ -279,6 +277,7 @@ class MonitorWorker(TableFold):
                 await matches.settle_retry(conn, r, random_backoff_delay(r["attempts"] + 1), type(exc).__name__)
             return []
         out: list[NewEvent] = []
+        no_match: list[dict] = []  # settled together: most of a request's decisions are no_match
         for eid, subs in call.batch.members.items():
             decision = decisions[eid]
             for p in subs:
@@ -288,7 +287,8 @@ class MonitorWorker(TableFold):
                 if decision["decision"] == "match":
                     out.extend(await matches.settle_match(conn, r, r, decision["evidence"], self.settings.deliveries))
                 elif decision["decision"] == "no_match":
-                    await matches.settle_no_match(conn, r)
+                    no_match.append(r)
                 else:
                     await matches.settle_not_ready(conn, r, not_ready_max)
+        await matches.settle_no_match_many(conn, no_match)
         return out

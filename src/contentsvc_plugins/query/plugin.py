@@ -1,9 +1,10 @@
 """The first-party `query` subscription evaluator (decisions-part2, "Plugin processes and
 first-party plugins").
 
-Per request one in-memory Tantivy index with the core's lexical analyzer (the same stemming
-and stop words a search uses): one document per selected text Part and one whole-Version
-document holding every selected Part's text. An expression matches iff the whole-Version
+Per request and selection of Parts one in-memory Tantivy index with the core's lexical analyzer
+(the same stemming and stop words a search uses), shared by the request's expressions that select
+the same Parts: one document per selected text Part and one whole-Version document holding every
+selected Part's text. An expression matches iff the whole-Version
 document matches its query (parsed with `default_operator`); the evidence names the
 selected Parts matching the OR of the query's terms, in manifest order, and a snippet of
 the first of them in code points.
@@ -61,9 +62,10 @@ class QueryEvaluator:
     def evaluate(self, request: dict) -> dict:
         _, evaluations, parts = evaluation_batch(request, self.max_batch_size)
         parts = [part for part in parts if isinstance(part.get("key"), str) and isinstance(part.get("text"), str)]
-        return {"decisions": [self._decide(n, evaluation, parts) for n, evaluation in enumerate(evaluations)]}
+        indexes: dict[tuple[int, ...], VersionIndex] = {}  # one per selection of Parts, for this request
+        return {"decisions": [self._decide(n, evaluation, parts, indexes) for n, evaluation in enumerate(evaluations)]}
 
-    def _decide(self, n: int, evaluation: object, parts: list[dict]) -> dict:
+    def _decide(self, n: int, evaluation: object, parts: list[dict], indexes: dict) -> dict:
         if not isinstance(evaluation, dict) or not isinstance(evaluation.get("id"), str):
             raise terminal("invalid_request", f"evaluations/{n} needs an id", 400)
         expression = evaluation.get("expression")
@@ -74,38 +76,58 @@ class QueryEvaluator:
         error = next(iter(self.configurations.iter_errors(configuration)), None)
         if error is not None:
             raise terminal("invalid_configuration", f"evaluations/{n}/configuration: {error.message}")
-        decision = decide(expression, parts, configuration.get("snippet_chars", DEFAULT_SNIPPET_CHARS))
+        decision = decide(expression, parts, configuration.get("snippet_chars", DEFAULT_SNIPPET_CHARS), indexes)
         return {"id": evaluation["id"], **decision}
 
 
-def select_parts(expression: dict, parts: list[dict]) -> list[dict]:
+def selection(expression: dict, parts: list[dict]) -> tuple[int, ...]:
+    """The positions of the Parts the expression's `roles` and `part_keys` select."""
     roles, keys = expression.get("roles"), expression.get("part_keys")
-    return [part for part in parts
-            if (roles is None or part.get("role") in roles) and (keys is None or part["key"] in keys)]
+    return tuple(n for n, part in enumerate(parts)
+                 if (roles is None or part.get("role") in roles) and (keys is None or part["key"] in keys))
 
 
-def decide(expression: dict, parts: list[dict], snippet_chars: int) -> dict:
-    """One expression against one Version's text Parts: `{decision, evidence?}`."""
-    index = tantivy.Index(SCHEMA)  # in memory: nothing outlives the request
-    index.register_tokenizer(ANALYZER, _analyzer())
+class VersionIndex:
+    """The in-memory index of one selection of a Version's Parts (built once per request and
+    selection: the expressions of a request share it, and the BM25 statistics are the same as an
+    index built for one expression alone)."""
+
+    def __init__(self, selected: list[dict]) -> None:
+        self.selected = selected
+        self.texts = [unicodedata.normalize("NFC", part["text"]) for part in selected]
+        self.index = tantivy.Index(SCHEMA)  # in memory: nothing outlives the request
+        self.index.register_tokenizer(ANALYZER, _analyzer())
+        if self.texts:
+            writer = self.index.writer(WRITER_HEAP_BYTES, 1)
+            for ordinal, text in enumerate(self.texts):
+                writer.add_document(tantivy.Document(kind=PART, ordinal=ordinal, text=text))
+            writer.add_document(tantivy.Document(kind=WHOLE, ordinal=len(self.texts), text="\n".join(self.texts)))
+            writer.commit()
+            writer.wait_merging_threads()
+            self.index.reload()
+        self.searcher = self.index.searcher()
+
+
+def decide(expression: dict, parts: list[dict], snippet_chars: int,
+           indexes: dict[tuple[int, ...], VersionIndex] | None = None) -> dict:
+    """One expression against one Version's text Parts: `{decision, evidence?}`. `indexes` keeps the
+    request's indexes by selection (the selected Parts' positions), so each is built once."""
+    key = selection(expression, parts)
+    selected = [parts[n] for n in key]
+    if indexes is None:
+        indexes = {}
+    built = indexes.get(key)
+    if built is None:
+        built = indexes[key] = VersionIndex(selected)
     conjunction = expression.get("default_operator", "AND") == "AND"
     query_text = unicodedata.normalize("NFC", expression["query"])  # as ingestion stores texts
     try:
-        whole_query = index.parse_query(query_text, ["text"], conjunction_by_default=conjunction)
+        whole_query = built.index.parse_query(query_text, ["text"], conjunction_by_default=conjunction)
     except ValueError as exc:
         raise terminal("invalid_expression", f"the query cannot be parsed: {exc}") from None
-    selected = select_parts(expression, parts)
     if not selected:
         return {"decision": "no_match"}  # decisions-part2: no selected Part is no_match
-    texts = [unicodedata.normalize("NFC", part["text"]) for part in selected]
-    writer = index.writer(WRITER_HEAP_BYTES, 1)
-    for ordinal, text in enumerate(texts):
-        writer.add_document(tantivy.Document(kind=PART, ordinal=ordinal, text=text))
-    writer.add_document(tantivy.Document(kind=WHOLE, ordinal=len(texts), text="\n".join(texts)))
-    writer.commit()
-    writer.wait_merging_threads()
-    index.reload()
-    searcher = index.searcher()
+    texts, searcher = built.texts, built.searcher
 
     whole = _restricted(whole_query, WHOLE)
     hits = searcher.search(whole, 1).hits

@@ -296,17 +296,22 @@ async def release_subscription(conn: AsyncConnection, subscription_id: str,
     """Enable: every Delivery held `subscription_disabled` becomes due at once, inside the caller's
     transaction. A `match.withdrawn` notice committed while disabled gets its window now
     (re-enable + window_seconds); a Delivery whose window has passed fails `delivery_window_expired`
-    without an attempt."""
+    without an attempt.
+
+    Except one still leased: its attempt, admitted before the window, was in flight at the disable
+    and is recorded when it finishes (record_attempt). Failing it here would let that outcome move a
+    terminal Delivery again; it is released due instead, and claim_due fails it
+    `delivery_window_expired` once the attempt is recorded or its lease ends."""
     now = await _now(conn)
     cur = await conn.execute(
-        """SELECT org_id, corpus_id, delivery_id, match_id, attempts, window_ends_at FROM deliveries
+        """SELECT org_id, corpus_id, delivery_id, match_id, attempts, window_ends_at, lease_token FROM deliveries
            WHERE subscription_id = %s AND state = 'pending' AND held = %s ORDER BY delivery_id FOR UPDATE""",
         (subscription_id, HELD_DISABLED))
     events = []
-    for org, corpus, delivery_id, match_id, attempts, window in await cur.fetchall():
+    for org, corpus, delivery_id, match_id, attempts, window, lease_token in await cur.fetchall():
         if window is None:
             window = now + timedelta(seconds=settings.window_seconds)
-        if window <= now:
+        if window <= now and lease_token is None:
             error = {"code": WINDOW_EXPIRED, "at": iso(now)}
             await conn.execute(
                 """UPDATE deliveries SET state = 'failed', held = NULL, next_attempt_at = NULL, failed_at = %s,

@@ -485,8 +485,9 @@ class DeliveryMachine(RuleBasedStateMachine):
                     assert made[-1]["status_code"] == 410 and r["last_error"]["status_code"] == 410
                 if r["last_error"]["code"] == store.ATTEMPTS_EXHAUSTED:
                     assert r["attempts"] == len(SCHEDULE)
-                if made and made[-1]["status_code"] is not None:
-                    assert r["last_error"].get("status_code") == made[-1]["status_code"]
+                # docs/decisions.md: a terminal failure keeps the last attempt's status_code
+                if made:
+                    assert r["last_error"].get("status_code") == made[-1]["status_code"], (r, made[-1])
             else:
                 assert r["succeeded_at"] is None and r["failed_at"] is None
                 assert (r["last_error"] is None) == (not made), r
@@ -586,3 +587,56 @@ def test_an_attempt_in_flight_across_a_disable_and_an_enable_past_the_window_is_
     else:
         assert row["state"] == "failed" and row["last_error"]["code"] == store.WINDOW_EXPIRED
         assert moves == [("pending", "subscription_disabled"), ("pending", None), ("failed", None)]
+
+
+@pytest.mark.parametrize("expired_by", ["claim", "enable"])
+def test_a_delivery_failed_past_its_window_keeps_the_last_attempts_status_code(machine_database, expired_by):
+    # Found by the machine above: a 3xx attempt, the window passes, the retry's claim (or an enable) fails the
+    # Delivery delivery_window_expired, and last_error lost the 301. docs/decisions.md "Deliveries": a
+    # terminal failure puts the reason in `code` and keeps the last attempt's `status_code`.
+    url = machine_database
+    sub = f"sub_{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> str:
+        async with await AsyncConnection.connect(url) as conn:
+            await conn.execute(
+                """INSERT INTO subscriptions (subscription_id, org_id, revision, name, saved_query_id,
+                       current_version_id, enabled, deleted, scope, created_at, updated_at)
+                   VALUES (%s, 'org-r', 1, %s, 'sq', 'subv', true, false, '{}', now(), now())""", (sub, sub))
+            await conn.commit()
+            async with journal_transaction(conn):
+                d = await store.create_delivery(conn, store.Notice(
+                    org_id="org-r", corpus_id="corpus-r", match_id=f"mat_{sub}", subscription_id=sub,
+                    subscription_version_id="subv", saved_query_id="sq", saved_query_version_id="sqv",
+                    record_id="rec", version_id="ver", destination_id=ALWAYS, event_type=store.MATCH_CREATED),
+                    DELIVERY, None)
+            [claim] = [c for c in await store.claim_due(conn, DELIVERY, {ALWAYS}, 100)
+                       if c.delivery_id == d.delivery_id]
+            finished = (await (await conn.execute("SELECT now()")).fetchone())[0]
+            await conn.commit()
+            assert await store.record_attempt(conn, claim, store.Outcome(
+                started_at=finished, finished_at=finished, status_code=301, error_code="http_status",
+                response_excerpt=""), DELIVERY) == "pending"
+            if expired_by == "enable":
+                async with journal_transaction(conn):
+                    await append(conn, await store.hold_subscription(conn, sub, store.HELD_DISABLED))
+            await conn.execute("UPDATE deliveries SET next_attempt_at = next_attempt_at - interval '70 s',"
+                               " window_ends_at = window_ends_at - interval '70 s' WHERE delivery_id = %s",
+                               (d.delivery_id,))  # the window passes
+            await conn.commit()
+            if expired_by == "enable":
+                async with journal_transaction(conn):
+                    await append(conn, await store.release_subscription(conn, sub, DELIVERY))
+            else:
+                await store.claim_due(conn, DELIVERY, {ALWAYS}, 100)
+            return d.delivery_id
+
+    delivery_id = asyncio.run(scenario())
+    with psycopg.connect(url, row_factory=dict_row) as db:
+        row = db.execute("SELECT * FROM deliveries WHERE delivery_id = %s", (delivery_id,)).fetchone()
+        [payload] = [e["payload"] for e in db.execute(
+            "SELECT payload FROM journal WHERE kind = 'delivery.changed' AND subject_id = %s ORDER BY position",
+            (delivery_id,)).fetchall() if e["payload"]["state"] == "failed"]
+    assert row["state"] == "failed" and row["attempts"] == 1
+    assert (row["last_error"]["code"], row["last_error"]["status_code"]) == (store.WINDOW_EXPIRED, 301)
+    assert payload["last_error"] == row["last_error"]

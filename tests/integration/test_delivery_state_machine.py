@@ -525,9 +525,9 @@ def test_any_interleaving_keeps_the_delivery_contract(machine_database):
 def test_an_attempt_in_flight_across_a_disable_and_an_enable_past_the_window_is_recorded_once(machine_database,
                                                                                              answer):
     # The machine's steps claim, disable, time_passes(70), enable, record: the invariant "a terminal Delivery
-    # never changes again" broke. Enable
-    # failed the Delivery delivery_window_expired although its attempt (admitted before the window) was still
-    # in flight; the outcome then moved the terminal Delivery to succeeded (or back to pending).
+    # never changes again" broke. Enable failed the Delivery delivery_window_expired although its attempt
+    # (admitted before the window) was still in flight; the outcome then moved the terminal Delivery to
+    # succeeded (or back to pending).
     # decisions-part2 "Deliveries": disable holds, "in-flight attempts finish and are recorded"; attempts are
     # admitted only before window_ends_at; succeeded / failed are terminal.
     url = machine_database

@@ -192,6 +192,15 @@ def _changed(org_id: str, corpus_id: str, delivery_id: str, match_id: str, state
                     payload=payload)
 
 
+def _window_expired(now: datetime, last_error: dict | None) -> dict:
+    """The last_error of a Delivery failed `delivery_window_expired`: like every terminal failure it keeps
+    the last attempt's `status_code` (docs/decisions.md, Deliveries: `last_error`)."""
+    error: dict[str, Any] = {"code": WINDOW_EXPIRED, "at": iso(now)}
+    if last_error and last_error.get("status_code") is not None:
+        error["status_code"] = last_error["status_code"]
+    return error
+
+
 async def _now(conn: AsyncConnection) -> datetime:
     cur = await conn.execute("SELECT now()")
     return (await cur.fetchone())[0]
@@ -296,18 +305,24 @@ async def release_subscription(conn: AsyncConnection, subscription_id: str,
     """Enable: every Delivery held `subscription_disabled` becomes due at once, inside the caller's
     transaction. A `match.withdrawn` notice committed while disabled gets its window now
     (re-enable + window_seconds); a Delivery whose window has passed fails `delivery_window_expired`
-    without an attempt."""
+    without an attempt.
+
+    Except one still leased: its attempt, admitted before the window, was in flight at the disable
+    and is recorded when it finishes (record_attempt). Failing it here would let that outcome move a
+    terminal Delivery again; it is released due instead, and claim_due fails it
+    `delivery_window_expired` once the attempt is recorded or its lease ends."""
     now = await _now(conn)
     cur = await conn.execute(
-        """SELECT org_id, corpus_id, delivery_id, match_id, attempts, window_ends_at FROM deliveries
+        """SELECT org_id, corpus_id, delivery_id, match_id, attempts, window_ends_at, lease_token, last_error
+           FROM deliveries
            WHERE subscription_id = %s AND state = 'pending' AND held = %s ORDER BY delivery_id FOR UPDATE""",
         (subscription_id, HELD_DISABLED))
     events = []
-    for org, corpus, delivery_id, match_id, attempts, window in await cur.fetchall():
+    for org, corpus, delivery_id, match_id, attempts, window, lease_token, last_error in await cur.fetchall():
         if window is None:
             window = now + timedelta(seconds=settings.window_seconds)
-        if window <= now:
-            error = {"code": WINDOW_EXPIRED, "at": iso(now)}
+        if window <= now and lease_token is None:
+            error = _window_expired(now, last_error)
             await conn.execute(
                 """UPDATE deliveries SET state = 'failed', held = NULL, next_attempt_at = NULL, failed_at = %s,
                    last_error = %s WHERE delivery_id = %s""", (now, Jsonb(error), delivery_id))
@@ -347,15 +362,15 @@ async def claim_due(conn: AsyncConnection, settings: DeliverySettings, configure
         now = await _now(conn)
         cur = await conn.execute(
             """SELECT org_id, corpus_id, delivery_id, match_id, event_id, destination_id, body, attempts,
-                      window_ends_at FROM deliveries
+                      window_ends_at, last_error FROM deliveries
                WHERE state = 'pending' AND held IS NULL AND next_attempt_at <= now()
                  AND (lease_expires_at IS NULL OR lease_expires_at <= now())
                ORDER BY next_attempt_at LIMIT %s FOR UPDATE SKIP LOCKED""", (limit,))
         events = []
-        for org, corpus, delivery_id, match_id, event_id, destination_id, body, attempts, window in \
+        for org, corpus, delivery_id, match_id, event_id, destination_id, body, attempts, window, last_error in \
                 await cur.fetchall():
             if window is not None and window <= now:
-                error = {"code": WINDOW_EXPIRED, "at": iso(now)}
+                error = _window_expired(now, last_error)
                 await conn.execute(
                     """UPDATE deliveries SET state = 'failed', next_attempt_at = NULL, failed_at = %s,
                        last_error = %s, lease_token = NULL, lease_expires_at = NULL WHERE delivery_id = %s""",

@@ -194,6 +194,13 @@ class MaterializerProjector(TableFold):
     def from_settings(cls, settings: Settings) -> "MaterializerProjector":
         return cls(settings.blob_root, settings)  # CONTENTSVC_HOME/blobs, as the API writes them
 
+    async def open(self, conn: AsyncConnection) -> None:
+        await super().open(conn)
+        # A start (or a reconnection) tries every waiting Version at once: it often follows the
+        # operator bringing the plugin back, and the backoff's attempt counts are kept.
+        async with conn.transaction():
+            await conn.execute("UPDATE materializer_deferred SET next_attempt_at = now() WHERE next_attempt_at > now()")
+
     @property
     def blob_store(self) -> BlobStore:
         if self._blob_store is None:  # opened on the first Blob to read

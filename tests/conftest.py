@@ -177,6 +177,17 @@ def wait_current(client: httpx.Client, receipt: dict, timeout: float = 40.0) -> 
     return receipt
 
 
+def until(probe, what: str, timeout: float = 40.0):
+    """probe()'s first truthy answer, polled every 0.1 s; fails naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = probe()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
 def assert_error(response: httpx.Response, status: int, code: str) -> dict:
     """The Error envelope of part 1, exactly: no other member, no stack trace."""
     assert response.status_code == status, response.text

@@ -33,7 +33,7 @@ import psycopg
 import pytest
 
 from contentsvc.processes.local_service import free_port
-from tests.conftest import ServerProcess, client_for, create_corpus, key_for, text_command, wait_current, \
+from tests.conftest import until, ServerProcess, client_for, create_corpus, key_for, text_command, wait_current, \
     wait_resolved
 from tests.e2e.conftest import EVALUATOR, EVALUATOR_VERSION
 from tests.integration.webhook_receiver import Answer, WebhookReceiver
@@ -90,16 +90,6 @@ def api(deployment):
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def until(probe, what: str, timeout: float = DEADLINE_S):
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def subscribe(api: httpx.Client, corpus_id: str, destination: str) -> dict:

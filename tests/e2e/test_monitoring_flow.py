@@ -8,7 +8,6 @@ import base64
 import json
 import os
 import shutil
-import time
 import uuid
 
 import httpx
@@ -16,7 +15,7 @@ import psycopg
 import pytest
 
 from contentsvc.processes.local_service import free_port
-from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, key_for, text_command, \
+from tests.conftest import until, ServerProcess, assert_error, client_for, create_corpus, key_for, text_command, \
     wait_current, wait_resolved
 from tests.e2e.conftest import EVALUATOR, EVALUATOR_VERSION
 from tests.integration.webhook_receiver import WebhookReceiver
@@ -24,7 +23,6 @@ from tests.integration.webhook_receiver import WebhookReceiver
 QUERY = EVALUATOR.parent / "query"
 QUERY_VERSION = "0.1.0"
 DESTINATION = "alerts"
-DEADLINE_SECONDS = 40
 
 
 class Deployment:
@@ -71,16 +69,6 @@ def api(deployment, org):
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def until(probe, what: str, timeout: float = DEADLINE_SECONDS):
-    deadline = time.time() + timeout
-    while True:
-        found = probe()
-        if found:
-            return found
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def ingest(api: httpx.Client, corpus_id: str, record_key: str, text: str) -> dict:

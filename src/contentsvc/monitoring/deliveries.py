@@ -281,16 +281,21 @@ async def notice_hold(conn: AsyncConnection, subscription_id: str) -> str | None
 async def hold_subscription(conn: AsyncConnection, subscription_id: str, reason: str) -> list[NewEvent]:
     """Disable (`subscription_disabled`) or delete (`subscription_deleted`): park every pending Delivery
     of the Subscription, inside the caller's transaction; returns the `delivery.changed` events to
-    append. An attempt in flight finishes and is recorded (record_attempt keeps the hold). A deleted
+    append. An attempt in flight finishes and is recorded (record_attempts keeps the hold). A deleted
     Subscription's hold is never replaced; a disable replaces `destination_unconfigured`."""
     if reason not in (HELD_DISABLED, HELD_DELETED):
         raise ValueError(reason)
     replaceable = [HELD_UNCONFIGURED] if reason == HELD_DISABLED else [HELD_UNCONFIGURED, HELD_DISABLED]
+    # The rows are locked in delivery_id order first, the order the worker's batches lock them in
+    # (record_attempts): the two never deadlock.
     cur = await conn.execute(
         """UPDATE deliveries SET held = %s, next_attempt_at = NULL
-           WHERE subscription_id = %s AND state = 'pending' AND (held IS NULL OR held = ANY(%s))
+           WHERE delivery_id IN (SELECT delivery_id FROM deliveries
+                                 WHERE subscription_id = %s AND state = 'pending' AND (held IS NULL OR held = ANY(%s))
+                                 ORDER BY delivery_id FOR UPDATE)
+             AND state = 'pending' AND (held IS NULL OR held = ANY(%s))
            RETURNING org_id, corpus_id, delivery_id, match_id, attempts, now()""",
-        (reason, subscription_id, replaceable))
+        (reason, subscription_id, replaceable, replaceable))
     return [_changed(org, corpus, delivery_id, match_id, "pending", reason, attempts, now)
             for org, corpus, delivery_id, match_id, attempts, now in await cur.fetchall()]
 
@@ -371,11 +376,13 @@ async def claim_due(conn: AsyncConnection, settings: DeliverySettings, configure
                 events.append(_changed(org, corpus, delivery_id, match_id, "pending", HELD_UNCONFIGURED, attempts,
                                        now))
             else:
-                token = uuid.uuid4().hex
-                await conn.execute(
+                claims.append(Claim(delivery_id, event_id, destination_id, bytes(body), attempts + 1,
+                                    uuid.uuid4().hex))
+        if claims:
+            async with conn.cursor() as lease:
+                await lease.executemany(
                     """UPDATE deliveries SET lease_token = %s, lease_expires_at = now() + make_interval(secs => %s)
-                       WHERE delivery_id = %s""", (token, lease_seconds, delivery_id))
-                claims.append(Claim(delivery_id, event_id, destination_id, bytes(body), attempts + 1, token))
+                       WHERE delivery_id = %s""", [(c.lease_token, lease_seconds, c.delivery_id) for c in claims])
         await append(conn, events)
     return claims
 

@@ -40,8 +40,8 @@ from contentsvc.projectors.runner import connection_lost
 log = get_logger("contentsvc.deliveries")
 
 IDLE_POLL_CAP_SECONDS = 1.0  # without a commit to wake it, the worker looks again at least this often
-DESTINATION_RECHECK_SECONDS = 5.0
-UNRECORDED = "unrecorded"  # an outcome whose own recording raised: its lease expires, the attempt is redone  # how often held destination_unconfigured Deliveries are looked at
+DESTINATION_RECHECK_SECONDS = 5.0  # how often held destination_unconfigured Deliveries are looked at
+UNRECORDED = "unrecorded"  # an outcome whose own recording raised: its lease expires, the attempt is redone
 
 
 def _tls_failure(exc: BaseException) -> bool:

@@ -10,6 +10,7 @@ deliveries` processes for the crash test. Schedules are short; every wait is bou
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import base64
 import os
 import signal
@@ -374,3 +375,86 @@ def test_a_worker_killed_mid_attempt_is_redone_with_the_same_webhook_id(database
     assert delivery(database_url, d.delivery_id)["state"] == "succeeded"
     log = log_path.read_text()
     assert SECRET not in log and "v1," not in log  # never a secret or a signature in the log
+
+
+async def _claim_and_send(url: str, settings: Settings, count: int):
+    """The worker's claim and sends for `count` due Deliveries, not yet recorded: (worker, claims, ended)."""
+    worker = DeliveriesWorker.from_settings(settings)
+    async with await AsyncConnection.connect(url) as conn:
+        claims = await store.claim_due(conn, settings.deliveries, worker.configured, count)
+    ended = [(claim, await worker.send(claim)) for claim in claims]
+    return worker, claims, ended
+
+
+def test_a_batch_records_every_outcome_in_one_transaction_and_drops_only_a_lost_lease(databases, receiver):
+    # decisions-part2 "Deliveries": each state change commits delivery.changed; claimed with a lease (a late
+    # outcome whose lease another worker took over is dropped); docs/decisions.md "Deliveries and the deliveries worker"
+    url = databases.create()  # its own database: the claim must see only these Deliveries
+    settings = settings_for(url, receiver)
+    made = [asyncio.run(create(url, settings, notice())) for _ in range(3)]
+
+    async def scenario():
+        worker, claims, ended = await _claim_and_send(url, settings, 3)
+        assert len(claims) == 3
+        lost = claims[1]
+        async with await AsyncConnection.connect(url, autocommit=True) as conn:  # another worker's takeover
+            await conn.execute("UPDATE deliveries SET lease_token = 'other' WHERE delivery_id = %s", (lost.delivery_id,))
+            before = (await (await conn.execute("SELECT coalesce(max(position), 0) FROM journal")).fetchone())[0]
+            states = await store.record_attempts(conn, ended, settings.deliveries)
+            positions = await (await conn.execute(
+                "SELECT DISTINCT xmin::text FROM journal WHERE position > %s", (before,))).fetchall()
+        await worker.close()
+        return lost, states, positions
+
+    lost, states, positions = asyncio.run(scenario())
+    assert states.count(None) == 1 and states.count("succeeded") == 2
+    assert len(positions) == 1  # the two delivery.changed were committed by one transaction
+    for d in made:
+        if d.delivery_id == lost.delivery_id:
+            assert delivery(url, d.delivery_id)["state"] == "pending" and attempts(url, d.delivery_id) == []
+            assert changes(url, d.delivery_id) == []
+        else:
+            assert delivery(url, d.delivery_id)["state"] == "succeeded" and len(attempts(url, d.delivery_id)) == 1
+            assert len(changes(url, d.delivery_id)) == 1
+
+
+def test_an_outcome_that_cannot_be_recorded_costs_only_itself(databases, receiver):
+    # docs/decisions.md "Deliveries and the deliveries worker": a batch that raises is recorded one by one;
+    # the unrecordable outcome keeps its lease, which expires (the attempt is redone, at least once)
+    url = databases.create()
+    settings = settings_for(url, receiver)
+    made = [asyncio.run(create(url, settings, notice())) for _ in range(3)]
+
+    async def scenario():
+        worker, claims, ended = await _claim_and_send(url, settings, 3)
+        bad_claim, bad_outcome = ended[0]
+        # An error code the attempts table refuses (its CHECK): the batch's transaction raises.
+        ended[0] = (bad_claim, dataclasses.replace(bad_outcome, status_code=None, error_code="not_a_code"))
+        async with await AsyncConnection.connect(url) as conn:
+            await worker.record(conn, ended)
+        await worker.close()
+        return bad_claim
+
+    bad = asyncio.run(scenario())
+    for d in made:
+        row = delivery(url, d.delivery_id)
+        if d.delivery_id == bad.delivery_id:
+            assert row["state"] == "pending" and attempts(url, d.delivery_id) == []
+        else:
+            assert row["state"] == "succeeded" and len(attempts(url, d.delivery_id)) == 1
+            assert len(changes(url, d.delivery_id)) == 1
+    with psycopg.connect(url) as conn:
+        token = conn.execute("SELECT lease_token FROM deliveries WHERE delivery_id = %s",
+                             (bad.delivery_id,)).fetchone()[0]
+    assert token == bad.lease_token
+
+
+def test_a_nul_in_the_answer_is_recorded_as_a_replacement_character(database_url, receiver):
+    # decisions-part2 "Deliveries": response_excerpt = first 512 bytes decoded as UTF-8 with replacement;
+    # docs/decisions.md: a NUL (which a PostgreSQL text cannot hold) becomes U+FFFD
+    settings = settings_for(database_url, receiver)
+    receiver.default = Answer(body=b"ok\x00done")
+    d = asyncio.run(create(database_url, settings, notice()))
+    asyncio.run(run_workers(database_url, settings, settled(database_url, d.delivery_id)))
+    assert delivery(database_url, d.delivery_id)["state"] == "succeeded"
+    assert attempts(database_url, d.delivery_id)[0]["excerpt"] == "ok\ufffddone"

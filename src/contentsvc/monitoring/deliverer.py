@@ -1,12 +1,17 @@
 """The `deliveries` worker (decisions-part2, "Deliveries"; design.md, "Part 2"): sends each due
 Delivery's notice to its destination as a Standard Webhooks POST, at least once.
 
-Each step claims up to `[deliveries] concurrency` due Deliveries in one transaction (row locks
+The worker keeps up to `[deliveries] concurrency` attempts in flight. Each step tops them up
+with a claim of as many due Deliveries as there are free slots, in one transaction (row locks
 with SKIP LOCKED and a lease of the attempt timeout + 5 s: two worker processes never attempt the
-same Delivery at once, so several may run), sends them concurrently with no transaction open,
-then records each outcome and the Delivery's new state in a transaction of its own. A worker
-killed between the send and the record leaves a lease that expires; the attempt is then sent
-again by any worker, with the same body and `webhook-id` (the receiver deduplicates).
+same Delivery at once, so several may run), sends them with no transaction open, waits for the
+first of the sends in flight to end, and records every attempt ended by then in one transaction
+(one journal append for all their `delivery.changed`): a slow receiver holds its own slot, never
+the others'. Should that transaction raise (nothing of it is written), the outcomes are recorded
+one by one, so a bad one costs only itself: it is logged and left unrecorded, and its lease
+expires. A worker killed between the send and the record leaves a lease that expires; the
+attempt is then sent again by any worker, with the same body and `webhook-id` (the receiver
+deduplicates).
 
 Redirects are not followed (a 3xx is a failed attempt). The whole attempt, connection to the
 first 512 bytes of the answer, is bounded by `attempt_timeout_seconds`. Logged per attempt:
@@ -21,6 +26,7 @@ import time
 from datetime import datetime, timezone
 
 import httpx
+import psycopg
 from psycopg import AsyncConnection
 
 from contentsvc.config import Settings
@@ -29,11 +35,13 @@ from contentsvc.monitoring import deliveries
 from contentsvc.monitoring.deliveries import EXCERPT_BYTES, Claim, Outcome
 from contentsvc.monitoring.webhooks import request_headers
 from contentsvc.projectors.base import Projector
+from contentsvc.projectors.runner import connection_lost
 
 log = get_logger("contentsvc.deliveries")
 
 IDLE_POLL_CAP_SECONDS = 1.0  # without a commit to wake it, the worker looks again at least this often
 DESTINATION_RECHECK_SECONDS = 5.0  # how often held destination_unconfigured Deliveries are looked at
+UNRECORDED = "unrecorded"  # an outcome whose own recording raised: its lease expires, the attempt is redone
 
 
 def _tls_failure(exc: BaseException) -> bool:
@@ -55,6 +63,7 @@ class DeliveriesWorker(Projector):
         self.client: httpx.AsyncClient | None = None
         self._idle_poll: float | None = None
         self._destinations_checked = 0.0
+        self._in_flight: dict[asyncio.Task[Outcome], Claim] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "DeliveriesWorker":
@@ -74,6 +83,10 @@ class DeliveriesWorker(Projector):
         return self.client
 
     async def close(self) -> None:
+        # Attempts still in flight are abandoned unrecorded: their leases expire and they are redone.
+        for task in self._in_flight:
+            task.cancel()
+        self._in_flight.clear()
         if self.client is not None:
             await self.client.aclose()
             self.client = None
@@ -85,19 +98,45 @@ class DeliveriesWorker(Projector):
         if time.monotonic() >= self._destinations_checked + DESTINATION_RECHECK_SECONDS:
             await deliveries.release_configured_destinations(conn, self.configured)
             self._destinations_checked = time.monotonic()
-        limit = self.delivery_settings.concurrency
-        claims = await deliveries.claim_due(conn, self.delivery_settings, self.configured, limit)
-        if claims:
-            # Every transaction is closed here: the sends run outside the database.
-            outcomes = await asyncio.gather(*(self.send(claim) for claim in claims))
-            for claim, outcome in zip(claims, outcomes):
-                state = await deliveries.record_attempt(conn, claim, outcome, self.delivery_settings)
-                log.info("delivery_attempt", delivery_id=claim.delivery_id, number=claim.number,
-                         status_code=outcome.status_code, error_code=outcome.error_code,
-                         duration_ms=outcome.duration_ms, state=state, lease_lost=state is None)
+        free = self.delivery_settings.concurrency - len(self._in_flight)
+        claims = await deliveries.claim_due(conn, self.delivery_settings, self.configured, free) if free > 0 else []
+        for claim in claims:  # every transaction is closed here: the sends run outside the database
+            self._in_flight[asyncio.create_task(self.send(claim))] = claim
+        if self._in_flight:
+            # Wake at the first end of a send, or after the idle poll to claim what became due meanwhile.
+            done, _ = await asyncio.wait(self._in_flight, timeout=IDLE_POLL_CAP_SECONDS,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            await self.record(conn, [(self._in_flight.pop(task), task.result()) for task in done])
+        if self._in_flight:
+            return True
         due_in = await deliveries.next_due_in(conn)
         self._idle_poll = IDLE_POLL_CAP_SECONDS if due_in is None else min(max(due_in, 0.05), IDLE_POLL_CAP_SECONDS)
-        return len(claims) == limit
+        return len(claims) == free
+
+    async def record(self, conn: AsyncConnection, ended: list[tuple[Claim, Outcome]]) -> None:
+        """All the ended attempts in one transaction; if it raises, one by one (see the module doc)."""
+        try:
+            states = await deliveries.record_attempts(conn, ended, self.delivery_settings)
+        except Exception as exc:
+            if isinstance(exc, psycopg.Error) and connection_lost(exc):
+                raise  # an outage: the runner waits it out; the leases expire and the attempts are redone
+            log.warning("delivery_batch_record_failed", attempts=len(ended), error=type(exc).__name__)
+            states = []
+            for claim, outcome in ended:
+                try:
+                    states.append(await deliveries.record_attempt(conn, claim, outcome, self.delivery_settings))
+                except Exception as row_exc:
+                    if isinstance(row_exc, psycopg.Error) and connection_lost(row_exc):
+                        raise
+                    log.error("delivery_record_failed", delivery_id=claim.delivery_id, number=claim.number,
+                              error=type(row_exc).__name__)
+                    states.append(UNRECORDED)
+        for (claim, outcome), state in zip(ended, states):
+            if state is UNRECORDED:
+                continue
+            log.info("delivery_attempt", delivery_id=claim.delivery_id, number=claim.number,
+                     status_code=outcome.status_code, error_code=outcome.error_code,
+                     duration_ms=outcome.duration_ms, state=state, lease_lost=state is None)
 
     async def send(self, claim: Claim) -> Outcome:
         """One attempt: POST the stored body, signed now; what came back, never what was sent."""

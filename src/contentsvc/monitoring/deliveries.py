@@ -6,7 +6,7 @@ A Delivery row is the record of truth; each move of its `state` or `held` commit
 run inside the caller's open transaction and return the events to append, so that a caller
 committing its own events (the evaluator's `match.created`, a Subscription's disable) appends them
 all at once, last, as journal/store.append asks. The worker's own steps (`claim_due`,
-`record_attempt`) open their own transactions.
+`record_attempts`) open their own transactions.
 
 States: `pending` -> `succeeded` (2xx) | `failed` (`destination_gone` on 410, `attempts_exhausted`
 after the last scheduled attempt, `delivery_window_expired` when due past `window_ends_at`).
@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Sequence
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -132,8 +132,10 @@ def retry_after_seconds(value: str | None, now: datetime) -> float | None:
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
-        return float(int(value))
+    if value.isascii() and value.isdigit():
+        digits = value.lstrip("0") or "0"
+        # Any value this long is far past the cap; int() and float() of it would raise.
+        return float(int(digits)) if len(digits) <= 12 else 1e12
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
@@ -177,8 +179,10 @@ class Outcome:
 
 
 def excerpt(body: bytes) -> str:
-    """The first 512 bytes of a response body, decoded as UTF-8 with replacement."""
-    return body[:EXCERPT_BYTES].decode("utf-8", errors="replace")
+    """The first 512 bytes of a response body, decoded as UTF-8 with replacement; a NUL, which a
+    PostgreSQL text cannot hold, is replaced too (U+FFFD), so that no answer makes its Attempt
+    unrecordable."""
+    return body[:EXCERPT_BYTES].decode("utf-8", errors="replace").replace("\x00", "\ufffd")
 
 
 # ------------------------------------------------------------------------- events
@@ -286,16 +290,21 @@ async def notice_hold(conn: AsyncConnection, subscription_id: str) -> str | None
 async def hold_subscription(conn: AsyncConnection, subscription_id: str, reason: str) -> list[NewEvent]:
     """Disable (`subscription_disabled`) or delete (`subscription_deleted`): park every pending Delivery
     of the Subscription, inside the caller's transaction; returns the `delivery.changed` events to
-    append. An attempt in flight finishes and is recorded (record_attempt keeps the hold). A deleted
+    append. An attempt in flight finishes and is recorded (record_attempts keeps the hold). A deleted
     Subscription's hold is never replaced; a disable replaces `destination_unconfigured`."""
     if reason not in (HELD_DISABLED, HELD_DELETED):
         raise ValueError(reason)
     replaceable = [HELD_UNCONFIGURED] if reason == HELD_DISABLED else [HELD_UNCONFIGURED, HELD_DISABLED]
+    # The rows are locked in delivery_id order first, the order the worker's batches lock them in
+    # (record_attempts): the two never deadlock.
     cur = await conn.execute(
         """UPDATE deliveries SET held = %s, next_attempt_at = NULL
-           WHERE subscription_id = %s AND state = 'pending' AND (held IS NULL OR held = ANY(%s))
+           WHERE delivery_id IN (SELECT delivery_id FROM deliveries
+                                 WHERE subscription_id = %s AND state = 'pending' AND (held IS NULL OR held = ANY(%s))
+                                 ORDER BY delivery_id FOR UPDATE)
+             AND state = 'pending' AND (held IS NULL OR held = ANY(%s))
            RETURNING org_id, corpus_id, delivery_id, match_id, attempts, now()""",
-        (reason, subscription_id, replaceable))
+        (reason, subscription_id, replaceable, replaceable))
     return [_changed(org, corpus, delivery_id, match_id, "pending", reason, attempts, now)
             for org, corpus, delivery_id, match_id, attempts, now in await cur.fetchall()]
 
@@ -382,11 +391,13 @@ async def claim_due(conn: AsyncConnection, settings: DeliverySettings, configure
                 events.append(_changed(org, corpus, delivery_id, match_id, "pending", HELD_UNCONFIGURED, attempts,
                                        now))
             else:
-                token = uuid.uuid4().hex
-                await conn.execute(
+                claims.append(Claim(delivery_id, event_id, destination_id, bytes(body), attempts + 1,
+                                    uuid.uuid4().hex))
+        if claims:
+            async with conn.cursor() as lease:
+                await lease.executemany(
                     """UPDATE deliveries SET lease_token = %s, lease_expires_at = now() + make_interval(secs => %s)
-                       WHERE delivery_id = %s""", (token, lease_seconds, delivery_id))
-                claims.append(Claim(delivery_id, event_id, destination_id, bytes(body), attempts + 1, token))
+                       WHERE delivery_id = %s""", [(c.lease_token, lease_seconds, c.delivery_id) for c in claims])
         await append(conn, events)
     return claims
 
@@ -406,58 +417,95 @@ async def release_configured_destinations(conn: AsyncConnection, configured: set
     return len(rows)
 
 
+@dataclass(frozen=True)
+class _Verdict:
+    """What an outcome makes of its Delivery, computed before anything is locked or written."""
+
+    state: str
+    last_error: dict | None
+    next_at: datetime | None  # the next attempt's due time while unheld (pending only)
+
+
+def _verdict(claim: Claim, outcome: Outcome, settings: DeliverySettings) -> _Verdict:
+    """2xx -> succeeded; 410 -> failed destination_gone; any other answer or error -> the next
+    scheduled attempt (Retry-After raising its delay), or failed attempts_exhausted after the last."""
+    finished = outcome.finished_at
+    attempt_error = None if outcome.succeeded else {
+        "code": outcome.error_code or "http_status", "at": iso(finished),
+        **({"status_code": outcome.status_code} if outcome.status_code is not None else {})}
+    if outcome.succeeded:
+        return _Verdict("succeeded", None, None)
+    if outcome.status_code == 410:
+        return _Verdict("failed", {**attempt_error, "code": DESTINATION_GONE}, None)
+    if claim.number >= len(settings.retry_schedule):
+        return _Verdict("failed", {**attempt_error, "code": ATTEMPTS_EXHAUSTED}, None)
+    delay = next_delay(settings, claim.number, retry_after_seconds(outcome.retry_after, finished))
+    return _Verdict("pending", attempt_error, finished + timedelta(seconds=delay))
+
+
+async def record_attempts(conn: AsyncConnection, recorded: Sequence[tuple[Claim, Outcome]],
+                          settings: DeliverySettings) -> list[str | None]:
+    """One transaction for a worker step's outcomes: each Attempt and its Delivery's new state,
+    for every Delivery whose lease is still that claim's, and one journal append for all their
+    `delivery.changed`. A Delivery whose lease was lost (another worker took it over after the
+    lease expired and records its own attempt of the same number) drops only its own outcome: the
+    notice was still sent at least once. Returns each outcome's new state, None when its lease
+    was lost. All or nothing: if anything raises, nothing of the batch is written (the worker
+    then records the outcomes one by one, deliverer.py).
+
+    A hold set while the attempt was in flight keeps the Delivery parked; a terminal state
+    leaves no hold except `subscription_deleted` (never cleared)."""
+    if not recorded:
+        return []
+    # Every move is computed before the transaction: a bad outcome raises before any lock or write.
+    verdicts = [_verdict(claim, outcome, settings) for claim, outcome in recorded]
+    states: list[str | None] = [None] * len(recorded)
+    async with journal_transaction(conn):
+        # Locked in delivery_id order, as every batch of every worker locks them: no deadlock.
+        cur = await conn.execute(
+            """SELECT delivery_id, lease_token, org_id, corpus_id, match_id, state, held FROM deliveries
+               WHERE delivery_id = ANY(%s) ORDER BY delivery_id FOR UPDATE""",
+            ([claim.delivery_id for claim, _ in recorded],))
+        rows = {(row[0], row[1]): row[2:] for row in await cur.fetchall()}
+        attempts, updates, events = [], [], []
+        for i, ((claim, outcome), verdict) in enumerate(zip(recorded, verdicts)):
+            row = rows.pop((claim.delivery_id, claim.lease_token), None)  # pop: a claim is recorded once
+            if row is None:
+                continue  # the lease was lost
+            org, corpus, match_id, old_state, held = row
+            finished = outcome.finished_at
+            state, last_error = verdict.state, verdict.last_error
+            next_at = verdict.next_at if held is None else None
+            new_held = held if state == "pending" or held == HELD_DELETED else None
+            attempts.append((new_id("att"), claim.delivery_id, claim.number, outcome.started_at, finished,
+                             outcome.status_code, outcome.error_code, outcome.duration_ms, outcome.response_excerpt))
+            updates.append((state, new_held, claim.number, next_at, finished, state, finished, state, finished,
+                            None if last_error is None else Jsonb(last_error), claim.delivery_id))
+            if state != old_state or new_held != held:
+                events.append(_changed(org, corpus, claim.delivery_id, match_id, state, new_held, claim.number,
+                                       finished, last_error))
+            states[i] = state
+        if attempts:
+            async with conn.cursor() as cur:
+                await cur.executemany(
+                    """INSERT INTO delivery_attempts (attempt_id, delivery_id, number, started_at, finished_at,
+                           status_code, error_code, duration_ms, response_excerpt)
+                       VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (delivery_id, number) DO NOTHING""",
+                    attempts)
+                await cur.executemany(
+                    """UPDATE deliveries SET state = %s, held = %s, attempts = %s, next_attempt_at = %s,
+                           last_attempt_at = %s, succeeded_at = CASE WHEN %s = 'succeeded' THEN %s END,
+                           failed_at = CASE WHEN %s = 'failed' THEN %s END, last_error = %s,
+                           lease_token = NULL, lease_expires_at = NULL
+                       WHERE delivery_id = %s""", updates)
+        await append(conn, events)
+    return states
+
+
 async def record_attempt(conn: AsyncConnection, claim: Claim, outcome: Outcome,
                          settings: DeliverySettings) -> str | None:
-    """One transaction: the Attempt and the Delivery's new state, if the lease is still this claim's
-    (else another worker took the Delivery over after the lease expired and records its own attempt
-    of the same number: this outcome is dropped, the notice was still sent at least once). Returns
-    the new state, or None when the lease was lost.
-
-    2xx -> succeeded; 410 -> failed destination_gone; any other answer or error -> the next
-    scheduled attempt (Retry-After raising its delay), or failed attempts_exhausted after the last.
-    A hold set while the attempt was in flight keeps the Delivery parked."""
-    async with journal_transaction(conn):
-        cur = await conn.execute(
-            """SELECT org_id, corpus_id, match_id, state, held FROM deliveries
-               WHERE delivery_id = %s AND lease_token = %s FOR UPDATE""", (claim.delivery_id, claim.lease_token))
-        row = await cur.fetchone()
-        if row is None:
-            return None
-        org, corpus, match_id, old_state, held = row
-        finished = outcome.finished_at
-        await conn.execute(
-            """INSERT INTO delivery_attempts (attempt_id, delivery_id, number, started_at, finished_at,
-                   status_code, error_code, duration_ms, response_excerpt)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (delivery_id, number) DO NOTHING""",
-            (new_id("att"), claim.delivery_id, claim.number, outcome.started_at, finished, outcome.status_code,
-             outcome.error_code, outcome.duration_ms, outcome.response_excerpt))
-        attempt_error = None if outcome.succeeded else {
-            "code": outcome.error_code or "http_status", "at": iso(finished),
-            **({"status_code": outcome.status_code} if outcome.status_code is not None else {})}
-        state, next_at, last_error = "pending", None, attempt_error
-        if outcome.succeeded:
-            state = "succeeded"
-        elif outcome.status_code == 410:
-            state, last_error = "failed", {**attempt_error, "code": DESTINATION_GONE}
-        elif claim.number >= len(settings.retry_schedule):
-            state, last_error = "failed", {**attempt_error, "code": ATTEMPTS_EXHAUSTED}
-        elif held is None:
-            delay = next_delay(settings, claim.number, retry_after_seconds(outcome.retry_after, finished))
-            next_at = finished + timedelta(seconds=delay)
-        # A terminal state leaves nothing parked: only a deleted Subscription's hold stays (never cleared).
-        new_held = held if state == "pending" or held == HELD_DELETED else None
-        await conn.execute(
-            """UPDATE deliveries SET state = %s, held = %s, attempts = %s, next_attempt_at = %s,
-                   last_attempt_at = %s, succeeded_at = CASE WHEN %s = 'succeeded' THEN %s END,
-                   failed_at = CASE WHEN %s = 'failed' THEN %s END, last_error = %s,
-                   lease_token = NULL, lease_expires_at = NULL
-               WHERE delivery_id = %s""",
-            (state, new_held, claim.number, next_at, finished, state, finished, state, finished,
-             None if last_error is None else Jsonb(last_error), claim.delivery_id))
-        if state != old_state or new_held != held:
-            await append(conn, [_changed(org, corpus, claim.delivery_id, match_id, state, new_held, claim.number,
-                                         finished, last_error)])
-    return state
+    """record_attempts for one outcome: its own transaction; the new state, None when the lease was lost."""
+    return (await record_attempts(conn, [(claim, outcome)], settings))[0]
 
 
 async def next_due_in(conn: AsyncConnection) -> float | None:

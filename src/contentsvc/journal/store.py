@@ -61,16 +61,20 @@ async def transaction(conn: AsyncConnection) -> AsyncIterator[None]:
     busy the client's process is.
     """
     # Not conn.transaction(): in pipeline mode it syncs before COMMIT, which
-    # would hold the lock for one more round trip.
-    async with conn.pipeline():
-        if conn.autocommit:
-            await conn.execute("BEGIN")
-        try:
+    # would hold the lock for one more round trip. The rollback happens after
+    # the pipeline is left: a statement that failed in it aborts the pipeline,
+    # and a rollback sent into an aborted pipeline fails too (PipelineAborted,
+    # which would hide the statement's own error).
+    try:
+        async with conn.pipeline():
+            if conn.autocommit:
+                await conn.execute("BEGIN")
             yield
-        except BaseException:
+            await conn.commit()
+    except BaseException:
+        if not conn.closed:
             await conn.rollback()
-            raise
-        await conn.commit()
+        raise
 
 
 async def append(conn: AsyncConnection, events: Iterable[NewEvent]) -> None:

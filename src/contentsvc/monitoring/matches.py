@@ -287,15 +287,17 @@ async def lock_pending_many(conn: AsyncConnection, subscription_version_ids: lis
 
 async def lock_pending_pairs(conn: AsyncConnection, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
     """lock_pending for many (subscription_version_id, version_id) pairs of any Versions in one
-    statement, in a fixed order (Version, then Subscription Version): the pairs still pending, now locked."""
+    statement: the pairs still pending, now locked. Every pending evaluation of their Versions is
+    locked, in a fixed order (Version, then Subscription Version): the statement names a few
+    Versions instead of every pair, and only this worker writes these rows."""
     if not keys:
         return set()
     cur = await conn.execute(
-        "SELECT e.subscription_version_id, e.version_id FROM monitor_evaluations e"
-        " JOIN unnest(%s::text[], %s::text[]) AS k(sv, v) ON e.subscription_version_id = k.sv AND e.version_id = k.v"
-        " WHERE e.state = 'pending' ORDER BY e.version_id, e.subscription_version_id FOR UPDATE OF e",
-        ([k[0] for k in keys], [k[1] for k in keys]))
-    return {(r[0], r[1]) for r in await cur.fetchall()}
+        "SELECT subscription_version_id, version_id FROM monitor_evaluations"
+        " WHERE version_id = ANY(%s) AND state = 'pending' ORDER BY version_id, subscription_version_id FOR UPDATE",
+        (sorted({k[1] for k in keys}),))
+    wanted = set(keys)
+    return {(r[0], r[1]) for r in await cur.fetchall()} & wanted
 
 
 async def settle_no_match_many(conn: AsyncConnection, rows: list[dict]) -> None:

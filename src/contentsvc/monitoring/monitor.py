@@ -40,6 +40,7 @@ from contentsvc.monitoring.batches import (
     InvalidOutput,
     Pending,
     check_answer,
+    fingerprint,
     part_keys,
     plan_batches,
     subscription_request,
@@ -54,7 +55,10 @@ log = get_logger("contentsvc.monitor")
 IN_FLIGHT_POLL_SECONDS = 0.05
 DUE_POLL_CAP_SECONDS = 1.0  # retries come due without a commit to wake the runner
 VERSIONS_PER_SCAN = 4  # Versions whose due evaluations one scan reads (all of each: one request per expression)
-SAFETY_SCAN_SECONDS = 10.0  # a scan now and then even when memory says nothing is due
+SAFETY_SCAN_SECONDS = 10.0
+KNOWN_VERSIONS_MAX = 100_000  # Subscription Versions whose (immutable) facts are kept in memory
+_EVALUATION_COLUMNS = ("subscription_version_id, version_id, subscription_id, org_id, corpus_id, record_id,"
+                       " attempts")  # a scan now and then even when memory says nothing is due
 NOT_READY_SWEEP_SECONDS = 60.0
 
 
@@ -113,6 +117,10 @@ class MonitorWorker(TableFold):
         self._next_due_at: float | None = None  # monotonic time of the earliest future retry
         self._scanned_at = 0.0
         self._expiry_checked = 0.0
+        # Subscription Versions and Saved Query Versions never change: what a request needs of one
+        # (its expression, evaluator, destination, fingerprint) is read once, not with every row.
+        self._known: dict[str, dict] = {}
+        self._fingerprints: dict[str, str] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "MonitorWorker":
@@ -212,15 +220,17 @@ class MonitorWorker(TableFold):
         self._more_due = len(version_ids) == VERSIONS_PER_SCAN
         cur = conn.cursor(row_factory=dict_row)
         await cur.execute(
-            "SELECT e.*, v.saved_query_id, v.saved_query_version_id, v.owner, v.evaluator, v.destination_id,"
-            "       q.expression"
-            " FROM monitor_evaluations e"
-            " JOIN subscription_versions v ON v.version_id = e.subscription_version_id"
-            " JOIN saved_query_versions q ON q.version_id = v.saved_query_version_id"
-            " WHERE e.version_id = ANY(%s) AND e.state = 'pending' AND e.next_attempt_at <= now()"
-            " ORDER BY e.version_id, e.subscription_version_id", (version_ids,))
+            f"SELECT {_EVALUATION_COLUMNS} FROM monitor_evaluations"
+            " WHERE version_id = ANY(%s) AND state = 'pending' AND next_attempt_at <= now()"
+            " ORDER BY version_id, subscription_version_id", (version_ids,))
+        rows_due = await cur.fetchall()
+        await self._know(conn, {r["subscription_version_id"] for r in rows_due})
         groups: dict[tuple[str, str, str], list[dict]] = {}
-        for r in await cur.fetchall():
+        for r in rows_due:
+            facts = self._known.get(r["subscription_version_id"])
+            if facts is None:  # no such Subscription Version (cannot happen: the row names one)
+                continue
+            r.update(facts)
             ev_ = r["evaluator"]
             groups.setdefault((r["version_id"], ev_["plugin_id"], ev_["version"]), []).append(r)
         for (version_id, plugin_id, plugin_version), rows in groups.items():
@@ -244,7 +254,7 @@ class MonitorWorker(TableFold):
                                r["evaluator"].get("configuration") or {}) for r in rows]
             by_sv = {r["subscription_version_id"]: r for r in rows}
             keys = part_keys(record)
-            for batch in plan_batches(version_id, pending, subscription.max_batch_size):
+            for batch in plan_batches(version_id, pending, subscription.max_batch_size, self._fingerprints):
                 body = subscription_request(new_id("inv"), rows[0]["org_id"], record, batch,
                                             provider.settings.configuration)
                 members = {p.subscription_version_id: by_sv[p.subscription_version_id]
@@ -257,6 +267,24 @@ class MonitorWorker(TableFold):
             if row[0] is not None:
                 self._due_at(float(row[0]))
         return settled
+
+    async def _know(self, conn: AsyncConnection, subscription_version_ids: set[str]) -> None:
+        missing = sorted(subscription_version_ids - self._known.keys())
+        if not missing:
+            return
+        if len(self._known) + len(missing) > KNOWN_VERSIONS_MAX:
+            self._known.clear()
+            self._fingerprints.clear()
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute(
+            "SELECT v.version_id, v.saved_query_id, v.saved_query_version_id, v.owner, v.evaluator, v.destination_id,"
+            "       q.expression"
+            " FROM subscription_versions v JOIN saved_query_versions q ON q.version_id = v.saved_query_version_id"
+            " WHERE v.version_id = ANY(%s)", (missing,))
+        for r in await cur.fetchall():
+            sv = r.pop("version_id")
+            self._known[sv] = r
+            self._fingerprints[sv] = fingerprint(r["expression"], r["evaluator"].get("configuration") or {})
 
     async def _fail_all(self, conn: AsyncConnection, rows: list[dict], version_id: str) -> None:
         await checkpoints.position(conn, self.name, for_update=True)

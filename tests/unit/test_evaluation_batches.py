@@ -38,6 +38,14 @@ def test_identical_pairs_are_one_evaluation_and_batches_respect_the_size(pending
 
 
 @given(pendings, st.integers(1, 8))
+def test_fingerprints_known_beforehand_plan_the_same_requests(pending, size):
+    # decisions-part2 "Evaluation trigger and eligibility": the monitor passes the fingerprints it
+    # computed once per Subscription Version; the requests must be those computed from scratch.
+    known = {p.subscription_version_id: fingerprint(p.expression, p.configuration) for p in pending[::2]}
+    assert plan_batches("ver_1", pending, size, known) == plan_batches("ver_1", pending, size)
+
+
+@given(pendings, st.integers(1, 8))
 def test_ids_are_e1_to_en_in_request_order(pending, size):
     # decisions-part2: evaluations[].id = e1, e2 ... in request order
     for b in plan_batches("ver_1", pending, size):

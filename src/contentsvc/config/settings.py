@@ -139,7 +139,7 @@ class ConnectorSettings(Section):
 
 class MonitoringSettings(Section):
     evaluator_timeout_seconds: TimeoutSeconds = 10
-    evaluation_concurrency: Concurrency = 4
+    evaluation_concurrency: Concurrency = 16
     not_ready_max_seconds: Seconds = 86400
     preview_timeout_seconds: TimeoutSeconds = 20
 

@@ -63,12 +63,17 @@ def idempotency_key(record_version_id: str, fingerprints: list[str]) -> str:
     return h.hexdigest()
 
 
-def plan_batches(record_version_id: str, pending: list[Pending], max_batch_size: int) -> list[Batch]:
-    """The requests for one Record Version and one evaluator: deduplicated, ordered, split."""
+def plan_batches(record_version_id: str, pending: list[Pending], max_batch_size: int,
+                 fingerprints: dict[str, str] | None = None) -> list[Batch]:
+    """The requests for one Record Version and one evaluator: deduplicated, ordered, split.
+    `fingerprints` may give the fingerprint of a Subscription Version's pair already computed
+    (a Subscription Version never changes); the others are computed here."""
     size = max(1, min(max_batch_size, MAX_EVALUATIONS))
+    known = fingerprints or {}
     groups: dict[str, list[Pending]] = {}
     for p in pending:
-        groups.setdefault(fingerprint(p.expression, p.configuration), []).append(p)
+        fp = known.get(p.subscription_version_id) or fingerprint(p.expression, p.configuration)
+        groups.setdefault(fp, []).append(p)
     ordered = sorted(groups)
     batches = []
     for start in range(0, len(ordered), size):

@@ -268,6 +268,41 @@ async def create_delivery(conn: AsyncConnection, notice: Notice, settings: Deliv
     return _delivery(row)
 
 
+async def create_deliveries_many(conn: AsyncConnection, notices: list[tuple[Notice, str | None]],
+                                 settings: DeliverySettings) -> None:
+    """create_delivery for many (notice, held) at once, in one statement: what the evaluator commits
+    for a step's Matches. The same rows as create_delivery's (now() is the transaction's, so one
+    read serves them all); one Delivery per (Match, event type), a second is not inserted."""
+    if not notices:
+        return
+    now = await _now(conn)
+    columns: list[list[Any]] = [[] for _ in range(12)]
+    for notice, held in notices:
+        event_id = new_id("wev")
+        body = webhook_body(WebhookEvent(
+            event_id=event_id, type=notice.event_type, created_at=iso(now), subscription_id=notice.subscription_id,
+            subscription_version_id=notice.subscription_version_id, saved_query_id=notice.saved_query_id,
+            saved_query_version_id=notice.saved_query_version_id, match_id=notice.match_id,
+            corpus_id=notice.corpus_id, record_id=notice.record_id, version_id=notice.version_id,
+            owner=UNSET if notice.owner is None else notice.owner))
+        window = None if held is not None and notice.event_type == MATCH_WITHDRAWN \
+            else now + timedelta(seconds=settings.window_seconds)
+        due = None if held is not None else now + timedelta(seconds=settings.retry_schedule[0])
+        for column, value in zip(columns, (new_id("dlv"), event_id, notice.org_id, notice.corpus_id, notice.match_id,
+                                           notice.subscription_id, notice.destination_id, notice.event_type, held,
+                                           due, window, body)):
+            column.append(value)
+    await conn.execute(
+        """INSERT INTO deliveries (delivery_id, event_id, org_id, corpus_id, match_id, subscription_id,
+                destination_id, event_type, held, next_attempt_at, created_at, window_ends_at, body)
+            SELECT d, e, o, c, m, s, dst, t, h, n, %s, w, b
+            FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
+                        %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::bytea[])
+                 AS u(d, e, o, c, m, s, dst, t, h, n, w, b)
+            ON CONFLICT (match_id, event_type) DO NOTHING""",
+        (now, *columns))
+
+
 # ------------------------------------------------------------------------- holds
 
 

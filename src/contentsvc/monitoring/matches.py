@@ -41,7 +41,10 @@ from contentsvc.monitoring import events as me
 from contentsvc.monitoring.deliveries import (
     MATCH_CREATED,
     MATCH_WITHDRAWN,
+    HELD_DELETED,
+    HELD_DISABLED,
     Notice,
+    create_deliveries_many,
     create_delivery,
     notice_hold,
 )
@@ -282,20 +285,92 @@ async def lock_pending_many(conn: AsyncConnection, subscription_version_ids: lis
     return {r[0] for r in await cur.fetchall()}
 
 
+async def lock_pending_pairs(conn: AsyncConnection, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """lock_pending for many (subscription_version_id, version_id) pairs of any Versions in one
+    statement: the pairs still pending, now locked. Every pending evaluation of their Versions is
+    locked, in a fixed order (Version, then Subscription Version): the statement names a few
+    Versions instead of every pair, and only this worker writes these rows."""
+    if not keys:
+        return set()
+    cur = await conn.execute(
+        "SELECT subscription_version_id, version_id FROM monitor_evaluations"
+        " WHERE version_id = ANY(%s) AND state = 'pending' ORDER BY version_id, subscription_version_id FOR UPDATE",
+        (sorted({k[1] for k in keys}),))
+    wanted = set(keys)
+    return {(r[0], r[1]) for r in await cur.fetchall()} & wanted
+
+
 async def settle_no_match_many(conn: AsyncConnection, rows: list[dict]) -> None:
-    """settle_no_match for many evaluations of one Version at once: a decision per row, its
-    Subscription's last_evaluated_at (a request settles hundreds; one statement each, not per row)."""
+    """settle_no_match for many evaluations (of any Versions) at once: a decision per row, its
+    Subscription's last_evaluated_at, in two statements whatever the number of rows."""
     if not rows:
         return
+    await _decided_many(conn, rows)
+
+
+async def _decided_many(conn: AsyncConnection, rows: list[dict]) -> None:
     await conn.execute(
-        "UPDATE monitor_evaluations SET state = 'decided', next_attempt_at = NULL, attempts = attempts + 1,"
-        " last_error = NULL WHERE version_id = %s AND subscription_version_id = ANY(%s)",
-        (rows[0]["version_id"], [r["subscription_version_id"] for r in rows]))
+        "UPDATE monitor_evaluations e SET state = 'decided', next_attempt_at = NULL, attempts = attempts + 1,"
+        " last_error = NULL FROM unnest(%s::text[], %s::text[]) AS k(sv, v)"
+        " WHERE e.subscription_version_id = k.sv AND e.version_id = k.v",
+        ([r["subscription_version_id"] for r in rows], [r["version_id"] for r in rows]))
     await conn.execute(
         "INSERT INTO monitor_subscription_status AS s (subscription_id, last_evaluated_at, last_error)"
-        " SELECT DISTINCT unnest(%s::text[]), now(), NULL::jsonb"
+        " SELECT unnest(%s::text[]), now(), NULL::jsonb"
         " ON CONFLICT (subscription_id) DO UPDATE SET last_evaluated_at = now()",
         (sorted({r["subscription_id"] for r in rows}),))
+
+
+async def holds_of(conn: AsyncConnection, subscription_ids: list[str]) -> dict[str, str | None]:
+    """notice_hold for many Subscriptions in one statement (rows read FOR SHARE in id order)."""
+    cur = await conn.execute("SELECT subscription_id, enabled, deleted FROM subscriptions"
+                             " WHERE subscription_id = ANY(%s) ORDER BY subscription_id FOR SHARE",
+                             (sorted(set(subscription_ids)),))
+    found = {sid: HELD_DELETED if deleted else None if enabled else HELD_DISABLED
+             for sid, enabled, deleted in await cur.fetchall()}
+    return {sid: found.get(sid, HELD_DELETED) for sid in subscription_ids}
+
+
+async def settle_decided_many(conn: AsyncConnection, no_match: list[dict], match: list[tuple[dict, dict]],
+                              settings: DeliverySettings) -> list[NewEvent]:
+    """settle_no_match and settle_match for a step's decisions, set-based: a fixed number of
+    statements whatever the number of decisions. `match` pairs a pending row (with its Subscription
+    Version's saved_query_id, saved_query_version_id, destination_id, owner) with its evidence.
+    A Subscription disabled or deleted meanwhile commits no Match: its evaluation is dropped."""
+    holds = await holds_of(conn, [r["subscription_id"] for r, _ in match]) if match else {}
+    dropped = [r for r, _ in match if holds[r["subscription_id"]] is not None]
+    matched = [(r, evidence) for r, evidence in match if holds[r["subscription_id"]] is None]
+    if dropped:
+        await conn.execute(
+            "UPDATE monitor_evaluations e SET state = 'dropped', next_attempt_at = NULL"
+            " FROM unnest(%s::text[], %s::text[]) AS k(sv, v)"
+            " WHERE e.subscription_version_id = k.sv AND e.version_id = k.v",
+            ([r["subscription_version_id"] for r in dropped], [r["version_id"] for r in dropped]))
+    decided = no_match + [r for r, _ in matched]
+    if decided:
+        await _decided_many(conn, decided)
+    if not matched:
+        return []
+    names = ("org_id", "corpus_id", "subscription_id", "subscription_version_id", "saved_query_id",
+             "saved_query_version_id", "record_id", "version_id", "destination_id", "owner")
+    columns = [[new_id("mat") for _ in matched]] + [[r[n] for r, _ in matched] for n in names] \
+        + [[msgspec.json.encode(evidence).decode("utf-8") for _, evidence in matched]]
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(
+        "INSERT INTO matches (match_id, org_id, corpus_id, subscription_id, subscription_version_id, saved_query_id,"
+        " saved_query_version_id, record_id, version_id, destination_id, owner, evidence, state, created_at)"
+        " SELECT u.*, 'active', now() FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
+        "   %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[]) AS u"
+        " ON CONFLICT (subscription_version_id, version_id) DO NOTHING RETURNING *",  # one per pair
+        columns)
+    created = sorted(await cur.fetchall(), key=lambda m: (m["version_id"], m["subscription_version_id"]))
+    await create_deliveries_many(conn, [(_notice(m, MATCH_CREATED), None) for m in created], settings)
+    return [NewEvent(
+        org_id=m["org_id"], corpus_id=m["corpus_id"], subject_type=MATCH_SUBJECT, subject_id=m["match_id"],
+        version_id=m["version_id"],
+        payload=MatchCreated(match_id=m["match_id"], subscription_id=m["subscription_id"],
+                             subscription_version_id=m["subscription_version_id"], record_id=m["record_id"],
+                             version_id=m["version_id"], created_at=iso(m["created_at"]))) for m in created]
 
 
 async def _settled(conn: AsyncConnection, row: dict, state: str, error: str | None = None) -> None:

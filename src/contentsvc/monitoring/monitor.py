@@ -40,6 +40,7 @@ from contentsvc.monitoring.batches import (
     InvalidOutput,
     Pending,
     check_answer,
+    fingerprint,
     part_keys,
     plan_batches,
     subscription_request,
@@ -53,8 +54,25 @@ log = get_logger("contentsvc.monitor")
 
 IN_FLIGHT_POLL_SECONDS = 0.05
 DUE_POLL_CAP_SECONDS = 1.0  # retries come due without a commit to wake the runner
-DUE_SCAN_LIMIT = 512
+VERSIONS_PER_SCAN = 4  # Versions whose due evaluations one scan reads (all of each: one request per expression)
+SAFETY_SCAN_SECONDS = 10.0
+KNOWN_VERSIONS_MAX = 100_000  # Subscription Versions whose (immutable) facts are kept in memory
+_EVALUATION_COLUMNS = ("subscription_version_id, version_id, subscription_id, org_id, corpus_id, record_id,"
+                       " attempts")  # a scan now and then even when memory says nothing is due
 NOT_READY_SWEEP_SECONDS = 60.0
+
+
+@dataclass
+class Queued:
+    """One planned request not sent yet: all requests of a Version are planned at once, so each
+    distinct (expression, configuration) is sent once per Version; slots send them in turn."""
+
+    version_id: str
+    provider: Provider
+    body: dict[str, Any]
+    batch: Batch
+    part_keys: set[str]
+    rows: dict[str, dict]
 
 
 @dataclass
@@ -91,15 +109,33 @@ class MonitorWorker(TableFold):
         self.plan = ActivePlan(settings)
         self._clients: dict[str, PluginClient] = {}
         self._calls: list[Call] = []
-        self._due_poll: float | None = None
+        self._queued: list[Queued] = []
+        # Where due evaluations may be, kept in memory so a step scans only when some may be due:
+        # the fold armed some (or the worker just started), a retry comes due, or the last scan
+        # stopped at its limit. This worker is the one writer of monitor_evaluations.
+        self._more_due = True
+        self._next_due_at: float | None = None  # monotonic time of the earliest future retry
+        self._scanned_at = 0.0
         self._expiry_checked = 0.0
+        # Subscription Versions and Saved Query Versions never change: what a request needs of one
+        # (its expression, evaluator, destination, fingerprint) is read once, not with every row.
+        self._known: dict[str, dict] = {}
+        self._fingerprints: dict[str, str] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "MonitorWorker":
         return cls(settings)
 
     def idle_poll_seconds(self) -> float | None:
-        return IN_FLIGHT_POLL_SECONDS if self._calls else self._due_poll
+        if self._calls or self._queued:
+            return IN_FLIGHT_POLL_SECONDS
+        if self._next_due_at is None:
+            return None
+        return min(max(self._next_due_at - time.monotonic(), IN_FLIGHT_POLL_SECONDS), DUE_POLL_CAP_SECONDS)
+
+    def _due_at(self, delay_seconds: float) -> None:
+        at = time.monotonic() + delay_seconds
+        self._next_due_at = at if self._next_due_at is None else min(self._next_due_at, at)
 
     # ------------------------------------------------------------ the fold
 
@@ -114,10 +150,12 @@ class MonitorWorker(TableFold):
             elif e.kind == ev.RECORD_AVAILABILITY_CHANGED:
                 if matches.makes_current(p):
                     await matches.fold_made_current(conn, e, not_ready_max)
+                    self._more_due = True
                 elif matches.ends_currentness(p):
                     out.extend(await matches.fold_not_current(conn, e, deliveries))
             elif e.kind == ev.RECORD_ENRICHED:
                 await matches.fold_enriched(conn, p.version_id, not_ready_max)
+                self._more_due = True
             elif e.kind == ev.RECORD_WITHDRAWN:
                 out.extend(await matches.fold_withdrawn(conn, e, deliveries))
         await append(conn, out)
@@ -139,74 +177,120 @@ class MonitorWorker(TableFold):
             client = self._clients[provider.registration_id] = PluginClient(provider.target)
         return client
 
+    async def open(self, conn: AsyncConnection) -> None:
+        await super().open(conn)
+        self._more_due = True  # at start or after a reconnection memory knows nothing of what is due
+
     async def _start_calls(self, conn: AsyncConnection) -> bool:
-        free = self.settings.monitoring.evaluation_concurrency - len(self._calls)
-        in_flight = {key for call in self._calls for key in call.keys}
         settled = False
-        async with journal_transaction(conn):
-            await self.plan.refresh_if_due(conn)
-            await self._drop_expired_not_ready(conn)
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(
-                "SELECT e.*, v.saved_query_id, v.saved_query_version_id, v.owner, v.evaluator, v.destination_id,"
-                "       q.expression"
-                " FROM monitor_evaluations e"
-                " JOIN subscription_versions v ON v.version_id = e.subscription_version_id"
-                " JOIN saved_query_versions q ON q.version_id = v.saved_query_version_id"
-                " WHERE e.state = 'pending' AND e.next_attempt_at <= now()"
-                " ORDER BY e.next_attempt_at, e.version_id LIMIT %s", (DUE_SCAN_LIMIT,))
-            due = [r for r in await cur.fetchall()
-                   if (r["subscription_version_id"], r["version_id"]) not in in_flight]
-            groups: dict[tuple[str, str, str], list[dict]] = {}
-            for r in due:
-                ev_ = r["evaluator"]
-                groups.setdefault((r["version_id"], ev_["plugin_id"], ev_["version"]), []).append(r)
-            for (version_id, plugin_id, plugin_version), rows in groups.items():
-                if free <= 0:
-                    break
-                provider = self._provider(plugin_id, plugin_version)
-                if provider is None or provider.version != plugin_version:
-                    await self.plan.refresh(conn)  # the cached plan may predate the Subscription's
-                    provider = self._provider(plugin_id, plugin_version)
-                if provider is None or provider.version != plugin_version:
-                    # The pinned evaluator version left the plan: nothing can decide these any more.
-                    await checkpoints.position(conn, self.name, for_update=True)
-                    for r in rows:
-                        if await matches.lock_pending(conn, r["subscription_version_id"], version_id):
-                            await matches.settle_failed(conn, r, matches.EVALUATOR_FAILED)
-                    settled = True
-                    continue
-                record = await self._record(conn, version_id, rows[0]["corpus_id"])
-                if record is None:  # no text to send (cannot happen for a current Version)
-                    await checkpoints.position(conn, self.name, for_update=True)
-                    for r in rows:
-                        if await matches.lock_pending(conn, r["subscription_version_id"], version_id):
-                            await matches.settle_failed(conn, r, matches.EVALUATOR_FAILED)
-                    settled = True
-                    continue
-                subscription = provider.manifest.contributions.subscription
-                pending = [Pending(r["subscription_id"], r["subscription_version_id"], r["saved_query_id"],
-                                   r["saved_query_version_id"], r["owner"], r["expression"],
-                                   r["evaluator"].get("configuration") or {}) for r in rows]
-                by_sv = {r["subscription_version_id"]: r for r in rows}
-                for batch in plan_batches(version_id, pending, subscription.max_batch_size):
-                    if free <= 0:
-                        break
-                    body = subscription_request(new_id("inv"), rows[0]["org_id"], record, batch,
-                                                provider.settings.configuration)
-                    task = asyncio.create_task(self._client(provider).invoke(
-                        "subscription", body, float(self.settings.monitoring.evaluator_timeout_seconds)))
-                    members = {p.subscription_version_id: by_sv[p.subscription_version_id]
-                               for subs in batch.members.values() for p in subs}
-                    self._calls.append(Call(version_id, batch, part_keys(record),
-                                            members, task))
-                    free -= 1
-            cur = await conn.execute("SELECT extract(epoch FROM min(next_attempt_at) - now()) FROM monitor_evaluations"
-                                     " WHERE state = 'pending' AND next_attempt_at IS NOT NULL")
-            row = await cur.fetchone()
-        self._due_poll = None if row[0] is None else min(max(float(row[0]), IN_FLIGHT_POLL_SECONDS),
-                                                         DUE_POLL_CAP_SECONDS)
+        now = time.monotonic()
+        scan = len(self._calls) < self.settings.monitoring.evaluation_concurrency and not self._queued and (
+            self._more_due or (self._next_due_at is not None and self._next_due_at <= now)
+            or now >= self._scanned_at + SAFETY_SCAN_SECONDS)
+        if scan or now >= self._expiry_checked + NOT_READY_SWEEP_SECONDS:
+            async with journal_transaction(conn):
+                await self._drop_expired_not_ready(conn)
+                if scan:
+                    settled = await self._scan_due(conn)
+        self._send_queued()
         return settled
+
+    def _send_queued(self) -> None:
+        free = self.settings.monitoring.evaluation_concurrency - len(self._calls)
+        timeout = float(self.settings.monitoring.evaluator_timeout_seconds)
+        while free > 0 and self._queued:
+            q = self._queued.pop(0)
+            task = asyncio.create_task(self._client(q.provider).invoke("subscription", q.body, timeout))
+            self._calls.append(Call(q.version_id, q.batch, q.part_keys, q.rows, task))
+            free -= 1
+
+    async def _scan_due(self, conn: AsyncConnection) -> bool:
+        """Plan every request of the next due Versions (not in flight or queued): all their due
+        evaluations are read together, so identical (expression, configuration) are one evaluation."""
+        self._scanned_at = time.monotonic()
+        self._next_due_at = None
+        settled = False
+        await self.plan.refresh_if_due(conn)
+        busy = sorted({c.version_id for c in self._calls} | {q.version_id for q in self._queued})
+        cur = await conn.execute(
+            "SELECT version_id FROM monitor_evaluations WHERE state = 'pending' AND next_attempt_at <= now()"
+            " AND version_id <> ALL(%s) GROUP BY version_id ORDER BY min(next_attempt_at), version_id LIMIT %s",
+            (busy, VERSIONS_PER_SCAN))
+        version_ids = [r[0] for r in await cur.fetchall()]
+        self._more_due = len(version_ids) == VERSIONS_PER_SCAN
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute(
+            f"SELECT {_EVALUATION_COLUMNS} FROM monitor_evaluations"
+            " WHERE version_id = ANY(%s) AND state = 'pending' AND next_attempt_at <= now()"
+            " ORDER BY version_id, subscription_version_id", (version_ids,))
+        rows_due = await cur.fetchall()
+        await self._know(conn, {r["subscription_version_id"] for r in rows_due})
+        groups: dict[tuple[str, str, str], list[dict]] = {}
+        for r in rows_due:
+            facts = self._known.get(r["subscription_version_id"])
+            if facts is None:  # no such Subscription Version (cannot happen: the row names one)
+                continue
+            r.update(facts)
+            ev_ = r["evaluator"]
+            groups.setdefault((r["version_id"], ev_["plugin_id"], ev_["version"]), []).append(r)
+        for (version_id, plugin_id, plugin_version), rows in groups.items():
+            provider = self._provider(plugin_id, plugin_version)
+            if provider is None or provider.version != plugin_version:
+                await self.plan.refresh(conn)  # the cached plan may predate the Subscription's
+                provider = self._provider(plugin_id, plugin_version)
+            if provider is None or provider.version != plugin_version:
+                # The pinned evaluator version left the plan: nothing can decide these any more.
+                await self._fail_all(conn, rows, version_id)
+                settled = True
+                continue
+            record = await self._record(conn, version_id, rows[0]["corpus_id"])
+            if record is None:  # no text to send (cannot happen for a current Version)
+                await self._fail_all(conn, rows, version_id)
+                settled = True
+                continue
+            subscription = provider.manifest.contributions.subscription
+            pending = [Pending(r["subscription_id"], r["subscription_version_id"], r["saved_query_id"],
+                               r["saved_query_version_id"], r["owner"], r["expression"],
+                               r["evaluator"].get("configuration") or {}) for r in rows]
+            by_sv = {r["subscription_version_id"]: r for r in rows}
+            keys = part_keys(record)
+            for batch in plan_batches(version_id, pending, subscription.max_batch_size, self._fingerprints):
+                body = subscription_request(new_id("inv"), rows[0]["org_id"], record, batch,
+                                            provider.settings.configuration)
+                members = {p.subscription_version_id: by_sv[p.subscription_version_id]
+                           for subs in batch.members.values() for p in subs}
+                self._queued.append(Queued(version_id, provider, body, batch, keys, members))
+        if not self._more_due:
+            cur = await conn.execute("SELECT extract(epoch FROM min(next_attempt_at) - now()) FROM monitor_evaluations"
+                                     " WHERE state = 'pending' AND next_attempt_at > now()")
+            row = await cur.fetchone()
+            if row[0] is not None:
+                self._due_at(float(row[0]))
+        return settled
+
+    async def _know(self, conn: AsyncConnection, subscription_version_ids: set[str]) -> None:
+        missing = sorted(subscription_version_ids - self._known.keys())
+        if not missing:
+            return
+        if len(self._known) + len(missing) > KNOWN_VERSIONS_MAX:
+            self._known.clear()
+            self._fingerprints.clear()
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute(
+            "SELECT v.version_id, v.saved_query_id, v.saved_query_version_id, v.owner, v.evaluator, v.destination_id,"
+            "       q.expression"
+            " FROM subscription_versions v JOIN saved_query_versions q ON q.version_id = v.saved_query_version_id"
+            " WHERE v.version_id = ANY(%s)", (missing,))
+        for r in await cur.fetchall():
+            sv = r.pop("version_id")
+            self._known[sv] = r
+            self._fingerprints[sv] = fingerprint(r["expression"], r["evaluator"].get("configuration") or {})
+
+    async def _fail_all(self, conn: AsyncConnection, rows: list[dict], version_id: str) -> None:
+        await checkpoints.position(conn, self.name, for_update=True)
+        for r in rows:
+            if await matches.lock_pending(conn, r["subscription_version_id"], version_id):
+                await matches.settle_failed(conn, r, matches.EVALUATOR_FAILED)
 
     def _provider(self, plugin_id: str, plugin_version: str) -> Provider | None:
         return self.plan.provider(f"subscription:{plugin_id}")
@@ -230,6 +314,8 @@ class MonitorWorker(TableFold):
         return record_request(row[1], corpus_id, await matches.is_enriched(conn, version_id))
 
     async def _settle_calls(self, conn: AsyncConnection) -> bool:
+        """Every finished call of the step in one transaction (one journal append): the pending
+        pairs locked in one statement, no_match and match decisions written set-based."""
         done = [c for c in self._calls if c.task.done()]
         if not done:
             return False
@@ -238,17 +324,20 @@ class MonitorWorker(TableFold):
         async with journal_transaction(conn):
             # Under the checkpoint's lock: the fold (a withdrawal, a disable) does not interleave.
             await checkpoints.position(conn, self.name, for_update=True)
-            out: list[NewEvent] = []
+            pending = await matches.lock_pending_pairs(conn, [key for call in done for key in call.keys])
+            no_match: list[dict] = []
+            match: list[tuple[dict, dict]] = []
             for call in done:
-                out.extend(await self._settle(conn, call, not_ready_max))
-            await append(conn, out)
+                rows = {sv: r for sv, r in call.rows.items() if (sv, call.version_id) in pending}
+                if rows:
+                    await self._settle(conn, call, rows, not_ready_max, no_match, match)
+            await append(conn, await matches.settle_decided_many(conn, no_match, match, self.settings.deliveries))
         return True
 
-    async def _settle(self, conn: AsyncConnection, call: Call, not_ready_max: int) -> list[NewEvent]:
-        pending = await matches.lock_pending_many(conn, list(call.rows), call.version_id)
-        rows = {sv: r for sv, r in call.rows.items() if sv in pending}
-        if not rows:
-            return []
+    async def _settle(self, conn: AsyncConnection, call: Call, rows: dict[str, dict], not_ready_max: int,
+                      no_match: list[dict], match: list[tuple[dict, dict]]) -> None:
+        """One call's outcome: failures, retries and not_ready written here (rare), the decisions
+        added to `no_match` and `match` for the step's set-based settle."""
         try:
             answer = call.task.result()
             decisions = check_answer(answer, [e["id"] for e in call.batch.evaluations], call.part_keys)
@@ -261,23 +350,24 @@ class MonitorWorker(TableFold):
                             retry_in_s=round(delay, 1), cause=str(exc)[:200])
                 for r in rows.values():
                     await matches.settle_retry(conn, r, delay, str(exc))
+                self._due_at(delay)
             else:
                 log.warning("evaluation_failed", version_id=call.version_id, code=exc.code)
                 for r in rows.values():
                     await matches.settle_failed(conn, r, matches.EVALUATOR_FAILED)
-            return []
+            return
         except InvalidOutput as exc:
             log.warning("evaluation_invalid_output", version_id=call.version_id, cause=str(exc)[:200])
             for r in rows.values():
                 await matches.settle_failed(conn, r, matches.EVALUATOR_INVALID_OUTPUT)
-            return []
+            return
         except Exception as exc:  # a defect of the attempt, not an answer: try again later
             log.error("evaluation_attempt_failed", version_id=call.version_id, error=type(exc).__name__)
             for r in rows.values():
-                await matches.settle_retry(conn, r, random_backoff_delay(r["attempts"] + 1), type(exc).__name__)
-            return []
-        out: list[NewEvent] = []
-        no_match: list[dict] = []  # settled together: most of a request's decisions are no_match
+                delay = random_backoff_delay(r["attempts"] + 1)
+                await matches.settle_retry(conn, r, delay, type(exc).__name__)
+                self._due_at(delay)
+            return
         for eid, subs in call.batch.members.items():
             decision = decisions[eid]
             for p in subs:
@@ -285,10 +375,8 @@ class MonitorWorker(TableFold):
                 if r is None:
                     continue
                 if decision["decision"] == "match":
-                    out.extend(await matches.settle_match(conn, r, r, decision["evidence"], self.settings.deliveries))
+                    match.append((r, decision["evidence"]))
                 elif decision["decision"] == "no_match":
                     no_match.append(r)
                 else:
                     await matches.settle_not_ready(conn, r, not_ready_max)
-        await matches.settle_no_match_many(conn, no_match)
-        return out

@@ -12,6 +12,7 @@ the first of them in code points.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from pathlib import Path
@@ -28,6 +29,7 @@ MAX_PART_KEYS = 100  # part 2: evidence part_keys at most 100
 DEFAULT_SNIPPET_CHARS = 200
 WRITER_HEAP_BYTES = 15_000_000  # Tantivy's minimum; the index lives for one request
 WHOLE, PART = "version", "part"
+VALID_CACHE_SIZE = 10_000  # expressions and configurations known valid (the same ones come with every Version)
 # A word the query excludes (`-word`) is not one of the terms a Part is credited for.
 _NEGATED = re.compile(r"(?:^|\s)-\S+")
 
@@ -58,6 +60,7 @@ class QueryEvaluator:
         self.expressions = expressions
         self.configurations = configurations
         self.max_batch_size = max_batch_size
+        self._valid: set[str] = set()  # canonical JSON of (expression, configuration) pairs that passed
 
     def evaluate(self, request: dict) -> dict:
         _, evaluations, parts = evaluation_batch(request, self.max_batch_size)
@@ -69,13 +72,19 @@ class QueryEvaluator:
         if not isinstance(evaluation, dict) or not isinstance(evaluation.get("id"), str):
             raise terminal("invalid_request", f"evaluations/{n} needs an id", 400)
         expression = evaluation.get("expression")
-        error = next(iter(self.expressions.iter_errors(expression)), None)
-        if error is not None:
-            raise terminal("invalid_expression", f"evaluations/{n}/expression: {error.message}")
         configuration = evaluation.get("configuration") or {}
-        error = next(iter(self.configurations.iter_errors(configuration)), None)
-        if error is not None:
-            raise terminal("invalid_configuration", f"evaluations/{n}/configuration: {error.message}")
+        # Validation is pure: a pair that passed once passes again (schema checks cost more than a search).
+        known = json.dumps([expression, configuration], sort_keys=True, separators=(",", ":"))
+        if known not in self._valid:
+            error = next(iter(self.expressions.iter_errors(expression)), None)
+            if error is not None:
+                raise terminal("invalid_expression", f"evaluations/{n}/expression: {error.message}")
+            error = next(iter(self.configurations.iter_errors(configuration)), None)
+            if error is not None:
+                raise terminal("invalid_configuration", f"evaluations/{n}/configuration: {error.message}")
+            if len(self._valid) >= VALID_CACHE_SIZE:
+                self._valid.clear()
+            self._valid.add(known)
         decision = decide(expression, parts, configuration.get("snippet_chars", DEFAULT_SNIPPET_CHARS), indexes)
         return {"id": evaluation["id"], **decision}
 

@@ -78,7 +78,7 @@ from psycopg.types.json import Jsonb
 
 from contentsvc.config import MAX_TEXT_BLOB_BYTES, Settings
 from contentsvc.journal import checkpoints
-from contentsvc.journal.store import read_after
+from contentsvc.journal.store import read_after, read_at
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
 from contentsvc.plugins import registry
@@ -323,9 +323,10 @@ class MaterializerProjector(TableFold):
                 (list(self._calls), free))
             due = await cur.fetchall()
             settled: list[NewEvent] = []
+            accepted = await read_at(conn, [row[1] for row in due])
             for receipt_id, position, plan_id, registration_id, attempts, spent, record_id, version_id, answers, stop \
                     in due:
-                e = await self._accepted_at(conn, position)
+                e = accepted[position]
                 pin = Pin(plan_id, registration_id, attempts, spent)
                 ids = (record_id or new_id("rec"), version_id or new_id("ver"))
                 plan = await self._pinned_plan(conn, plan_id)

@@ -117,6 +117,14 @@ async def read_after(conn: AsyncConnection, position: int, limit: int,
     return await cur.fetchall()
 
 
+async def read_at(conn: AsyncConnection, positions: list[int]) -> dict[int, JournalEvent]:
+    """The events at these positions, by position (work that waits keeps where its command is)."""
+    cur = conn.cursor(row_factory=_journal_event)
+    fetch_payloads_raw(cur)
+    await cur.execute(f"SELECT {_COLUMNS} FROM journal WHERE position = ANY(%s::bigint[])", (positions,))
+    return {e.position: e for e in await cur.fetchall()}
+
+
 def _journal_event(cursor) -> RowMaker[JournalEvent]:
     def make(row) -> JournalEvent:
         (position, event_id, kind, public, org_id, corpus_id, subject_type, subject_id, version_id, receipt_id,

@@ -74,6 +74,8 @@ class Receiver:
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):
             self.malformed += 1
+        except asyncio.CancelledError:
+            return  # the receiver stops with keep-alive connections still open: nothing went wrong
         finally:
             writer.close()
 

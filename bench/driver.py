@@ -117,6 +117,14 @@ def machine_line(machine: dict[str, Any]) -> str:
             f"{machine['loadavg_end']})")
 
 
+def target_lines(report: dict[str, Any]) -> list[str]:
+    """One line per target: what it asks, what was measured, PASS or MISS."""
+    def figure(v: Any) -> str:
+        return f"{v:,.2f}" if isinstance(v, float) else fmt(v)
+    return [f"target {name:<22} {t['op']} {figure(t['value']):>10} {t['unit']:<8} measured {figure(t['measured']):>10}"
+            f"  {t['result'].upper()}" for name, t in report["targets"].items()]
+
+
 def closing_lines(report: dict[str, Any], result_path: Path) -> list[str]:
     """The server log's health and where the figures went (the last lines of every summary)."""
     lines = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from contentsvc.bench.driver import closing_lines, fmt, judge, machine_line
+from contentsvc.bench.driver import target_lines, closing_lines, fmt, judge, machine_line
 from contentsvc.bench.journal_raw import RAW_CONCURRENCY
 
 TARGETS = {
@@ -125,9 +125,7 @@ def summary_text(report: dict[str, Any], result_path: Path) -> str:
              "-" * (w1 + w2 + 70)]
     lines += [f"{a:<{w1}}  {b:>{w2}}  {c}" for a, b, c in rows]
     lines.append("-" * (w1 + w2 + 70))
-    for name, t in report["targets"].items():
-        lines.append(f"target {name:<22} {t['op']} {t['value']:>5} {t['unit']:<10} measured {fmt(t['measured']):>10}"
-                     f"  {t['result'].upper()}")
+    lines += target_lines(report)
     for line in report.get("problems", []):
         lines.append(f"PROBLEM: {line}")
     return "\n".join(lines + closing_lines(report, result_path))

@@ -37,7 +37,7 @@ from typing import Any
 import psycopg
 
 from contentsvc.bench import monitoring_phases as phases
-from contentsvc.bench.driver import DATASETS, RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, \
+from contentsvc.bench.driver import target_lines, DATASETS, RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, \
     machine_line, write_results
 from contentsvc.bench.monitoring_receiver import Receiver
 from contentsvc.bench.monitoring_workload import deploy, expressions, load_documents, subscribe_all
@@ -128,9 +128,7 @@ def summary_text(report: dict[str, Any]) -> str:
                  f"{dl['expected_deliveries']} match.withdrawn webhooks in {dl['first_to_last_arrival_s']} s, "
                  f"{fmt(dl['deliveries_per_s'])}/s (backlog up to {dl['max_pending_deliveries_seen']})")
     lines.append("-" * 96)
-    for name, t in report["targets"].items():
-        lines.append(f"target {name:<18} {t['op']} {fmt(t['value']):>9} {t['unit']:<4} measured "
-                     f"{fmt(t['measured']):>10}  {t['result'].upper()}")
+    lines += target_lines(report)
     return "\n".join(lines + closing_lines(report, RESULT_PATH))
 
 

@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from contentsvc.bench.driver import (RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, machine_line,
+from contentsvc.bench.driver import (target_lines, RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, machine_line,
                                      write_results)
 from contentsvc.bench.plugins_roundtrip import bench_roundtrip
 from contentsvc.bench.plugins_throughput import CONCURRENCY, WARM_UP, bench_throughput, pin_pdf
@@ -90,9 +90,7 @@ def summary_text(report: dict[str, Any]) -> str:
                      f" s; ingests accepted in {phase['ingests_accepted_s']} s)")
     lines.append(f"  pdf / text            {tp['pdf_to_text_ratio']:.2f}x")
     lines.append("-" * 96)
-    for name, t in report["targets"].items():
-        lines.append(f"target {name:<20} {t['op']} {t['value']:>5} {t['unit']:<8} measured {t['measured']:>8.2f}"
-                     f"  {t['result'].upper()}")
+    lines += target_lines(report)
     return "\n".join(lines + closing_lines(report, RESULT_PATH))
 
 

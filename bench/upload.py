@@ -43,7 +43,7 @@ from typing import Any, Iterator
 
 import httpx
 
-from contentsvc.bench.driver import (RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, machine_line,
+from contentsvc.bench.driver import (target_lines, RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, machine_line,
                                      write_results)
 from contentsvc.bench.service import OwnService, scan_server_log
 
@@ -262,10 +262,7 @@ def summary_text(report: dict[str, Any]) -> str:
                  f"{res['put']['runs'][0]['rss_baseline_mib']} MiB (sampled every {int(SAMPLE_S * 1000)} ms, "
                  f"pid {res['api_pid']})")
     lines.append("-" * 96)
-    for name, t in report["targets"].items():
-        measured = f"{t['measured']:.2f}" if isinstance(t["measured"], float) else fmt(t["measured"])
-        lines.append(f"target {name:<20} {t['op']} {t['value']:>5} {t['unit']:<8} measured {measured:>8}"
-                     f"  {t['result'].upper()}")
+    lines += target_lines(report)
     return "\n".join(lines + closing_lines(report, RESULT_PATH))
 
 

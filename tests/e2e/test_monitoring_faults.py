@@ -6,7 +6,7 @@ request with the Standard Webhooks reference implementation (tests/integration/w
   Records are ingested (the supervisor restarts them): every Match exists once and reaches the
   receiver at least once (design.md "Part 2": calls outside transactions, results committed
   idempotently; decisions-part2 "Deliveries": at least once, the same `webhook-id`). The default
-  run floods 200 Records; the 1,000 of the issue run under `make test-slow` (about 80 s here).
+  run floods 200 Records; the 1,000-Record soak runs under `make test-slow` (about 80 s here).
 - Receiver faults on the real server path: a refusal then acceptance, a receiver hanging past the
   attempt timeout, 410, Retry-After (decisions-part2 "Deliveries").
 - Disable, enable and delete with real Matches (part 2 "Subscription" states; decisions-part2
@@ -294,7 +294,7 @@ def test_kill_minus_nine_of_monitor_and_deliveries_loses_and_duplicates_no_match
 
 @pytest.mark.slow
 def test_kill_minus_nine_with_a_thousand_records(deployment):
-    # the issue's size: 1,000 matching Records (make test-slow)
+    # the soak size: 1,000 matching Records (make test-slow)
     flood_under_kills(deployment, 1000)
 
 

@@ -78,7 +78,7 @@ from psycopg.types.json import Jsonb
 
 from contentsvc.config import MAX_TEXT_BLOB_BYTES, Settings
 from contentsvc.journal import checkpoints
-from contentsvc.journal.store import read_after, read_at
+from contentsvc.journal.store import read_at
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
 from contentsvc.plugins import registry
@@ -264,15 +264,11 @@ class MaterializerProjector(TableFold):
             (orgs, corpora, namespaces, record_keys))
         return {tuple(r[:4]): (r[4], r[5]) for r in await cur.fetchall()}
 
-    async def _accepted_at(self, conn: AsyncConnection, position: int) -> JournalEvent:
-        [event] = await read_after(conn, position - 1, 1)
-        return event
-
     async def _settle_overtaken(self, conn: AsyncConnection, earlier: tuple[str, int], newer: JournalEvent,
                                 identities: dict, key: tuple) -> list[NewEvent]:
         receipt_id, position = earlier
         await conn.execute("DELETE FROM materializer_deferred WHERE receipt_id = %s", (receipt_id,))
-        e = await self._accepted_at(conn, position)
+        e = (await read_at(conn, [position]))[position]
         if newer.kind == ev.INGEST_ACCEPTED:  # a newer revision before this one was normalized
             return await self._ingest(e, identities, key, True)
         state = identities.get(key)
@@ -431,7 +427,7 @@ class MaterializerProjector(TableFold):
     def _unverified(self, e: JournalEvent, blob_id: str) -> str | None:
         verified = (e.payload.blobs or {}).get(blob_id)
         try:
-            self._verified_bytes(verified, {"blob_id": blob_id}, keep=False)
+            self._verified_bytes(verified, blob_id, keep=False)
         except TextPathError as exc:
             return str(exc.message)
         return None
@@ -542,9 +538,8 @@ class MaterializerProjector(TableFold):
                                "message": "The normalizer's Parts reuse a key of another Part of the Version."}], True
         return {"parts": parts}, list(decision.listed) if decision is not None else [], False
 
-    def _verified_bytes(self, verified: ev.VerifiedBlob | None, content: dict[str, Any], keep: bool) -> bytes:
+    def _verified_bytes(self, verified: ev.VerifiedBlob | None, blob_id: str, keep: bool) -> bytes:
         """The Blob's bytes (kept only when `keep`), checked against what was verified at acceptance."""
-        blob_id = content["blob_id"]
         if verified is None:
             raise TextPathError("input_unverified", f"Blob {blob_id} was not a verified input at acceptance.")
         h, chunks, size = hashlib.sha256(), [], 0
@@ -575,7 +570,7 @@ class MaterializerProjector(TableFold):
         if verified.size_bytes > MAX_TEXT_BLOB_BYTES:
             raise TextPathError("normalizer_failed", f"Blob {blob_id} has {verified.size_bytes} bytes; the built-in "
                                 f"text path reads text Blobs of at most {MAX_TEXT_BLOB_BYTES} bytes.")
-        return blob_text(self._verified_bytes(verified, content, keep=True), media_type)
+        return blob_text(self._verified_bytes(verified, blob_id, keep=True), media_type)
 
     def _withdraw(self, e: JournalEvent, identities: dict, key: tuple) -> list[NewEvent]:
         p = e.payload

@@ -231,6 +231,23 @@ class Notice:
     owner: str | None = None
 
 
+def _delivery_row(notice: Notice, held: str | None, now: datetime, settings: DeliverySettings) -> tuple:
+    """A new Delivery's columns, in the INSERT's order: its body is built once here and every
+    attempt sends these bytes."""
+    event_id = new_id("wev")
+    body = webhook_body(WebhookEvent(
+        event_id=event_id, type=notice.event_type, created_at=iso(now), subscription_id=notice.subscription_id,
+        subscription_version_id=notice.subscription_version_id, saved_query_id=notice.saved_query_id,
+        saved_query_version_id=notice.saved_query_version_id, match_id=notice.match_id, corpus_id=notice.corpus_id,
+        record_id=notice.record_id, version_id=notice.version_id,
+        owner=UNSET if notice.owner is None else notice.owner))
+    window = None if held is not None and notice.event_type == MATCH_WITHDRAWN \
+        else now + timedelta(seconds=settings.window_seconds)
+    due = None if held is not None else now + timedelta(seconds=settings.retry_schedule[0])
+    return (new_id("dlv"), event_id, notice.org_id, notice.corpus_id, notice.match_id, notice.subscription_id,
+            notice.destination_id, notice.event_type, held, due, now, window, body)
+
+
 async def create_delivery(conn: AsyncConnection, notice: Notice, settings: DeliverySettings,
                           held: str | None = None) -> Delivery:
     """The notice's Delivery, inside the caller's transaction (the one committing the Match event).
@@ -243,23 +260,12 @@ async def create_delivery(conn: AsyncConnection, notice: Notice, settings: Deliv
     event announces it); its later moves do.
     """
     now = await _now(conn)
-    event_id = new_id("wev")
-    body = webhook_body(WebhookEvent(
-        event_id=event_id, type=notice.event_type, created_at=iso(now), subscription_id=notice.subscription_id,
-        subscription_version_id=notice.subscription_version_id, saved_query_id=notice.saved_query_id,
-        saved_query_version_id=notice.saved_query_version_id, match_id=notice.match_id, corpus_id=notice.corpus_id,
-        record_id=notice.record_id, version_id=notice.version_id,
-        owner=UNSET if notice.owner is None else notice.owner))
-    window = None if held is not None and notice.event_type == MATCH_WITHDRAWN \
-        else now + timedelta(seconds=settings.window_seconds)
-    due = None if held is not None else now + timedelta(seconds=settings.retry_schedule[0])
+    row = _delivery_row(notice, held, now, settings)
     cur = await conn.execute(
         f"""INSERT INTO deliveries (delivery_id, event_id, org_id, corpus_id, match_id, subscription_id,
                 destination_id, event_type, held, next_attempt_at, created_at, window_ends_at, body)
             VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-            ON CONFLICT (match_id, event_type) DO NOTHING RETURNING {_DELIVERY_COLUMNS}""",
-        (new_id("dlv"), event_id, notice.org_id, notice.corpus_id, notice.match_id, notice.subscription_id,
-         notice.destination_id, notice.event_type, held, due, now, window, body))
+            ON CONFLICT (match_id, event_type) DO NOTHING RETURNING {_DELIVERY_COLUMNS}""", row)
     row = await cur.fetchone()
     if row is None:
         cur = await conn.execute(f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE match_id = %s AND event_type = %s",
@@ -276,31 +282,14 @@ async def create_deliveries_many(conn: AsyncConnection, notices: list[tuple[Noti
     if not notices:
         return
     now = await _now(conn)
-    columns: list[list[Any]] = [[] for _ in range(12)]
-    for notice, held in notices:
-        event_id = new_id("wev")
-        body = webhook_body(WebhookEvent(
-            event_id=event_id, type=notice.event_type, created_at=iso(now), subscription_id=notice.subscription_id,
-            subscription_version_id=notice.subscription_version_id, saved_query_id=notice.saved_query_id,
-            saved_query_version_id=notice.saved_query_version_id, match_id=notice.match_id,
-            corpus_id=notice.corpus_id, record_id=notice.record_id, version_id=notice.version_id,
-            owner=UNSET if notice.owner is None else notice.owner))
-        window = None if held is not None and notice.event_type == MATCH_WITHDRAWN \
-            else now + timedelta(seconds=settings.window_seconds)
-        due = None if held is not None else now + timedelta(seconds=settings.retry_schedule[0])
-        for column, value in zip(columns, (new_id("dlv"), event_id, notice.org_id, notice.corpus_id, notice.match_id,
-                                           notice.subscription_id, notice.destination_id, notice.event_type, held,
-                                           due, window, body)):
-            column.append(value)
+    columns = [list(column) for column in zip(*(_delivery_row(notice, held, now, settings) for notice, held in notices))]
     await conn.execute(
         """INSERT INTO deliveries (delivery_id, event_id, org_id, corpus_id, match_id, subscription_id,
                 destination_id, event_type, held, next_attempt_at, created_at, window_ends_at, body)
-            SELECT d, e, o, c, m, s, dst, t, h, n, %s, w, b
-            FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                        %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::bytea[])
-                 AS u(d, e, o, c, m, s, dst, t, h, n, w, b)
-            ON CONFLICT (match_id, event_type) DO NOTHING""",
-        (now, *columns))
+            SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
+                                 %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[],
+                                 %s::bytea[])
+            ON CONFLICT (match_id, event_type) DO NOTHING""", columns)
 
 
 # ------------------------------------------------------------------------- holds
@@ -313,13 +302,18 @@ async def notice_hold(conn: AsyncConnection, subscription_id: str) -> str | None
     or delete being committed (they lock the row FOR UPDATE before moving the holds) and such a
     command waits for this transaction: a notice is never created unheld after a disable that did
     not see it."""
-    cur = await conn.execute("SELECT enabled, deleted FROM subscriptions WHERE subscription_id = %s FOR SHARE",
-                             (subscription_id,))
-    row = await cur.fetchone()
-    if row is None:  # no such Subscription: nothing may ever be sent for it
-        return HELD_DELETED
-    enabled, deleted = row
-    return HELD_DELETED if deleted else None if enabled else HELD_DISABLED
+    return (await notice_holds(conn, [subscription_id]))[subscription_id]
+
+
+async def notice_holds(conn: AsyncConnection, subscription_ids: list[str]) -> dict[str, str | None]:
+    """notice_hold for many Subscriptions in one statement (rows read FOR SHARE in id order). A
+    Subscription that does not exist is held for good: nothing may ever be sent for it."""
+    cur = await conn.execute("SELECT subscription_id, enabled, deleted FROM subscriptions"
+                             " WHERE subscription_id = ANY(%s) ORDER BY subscription_id FOR SHARE",
+                             (sorted(set(subscription_ids)),))
+    found = {sid: HELD_DELETED if deleted else None if enabled else HELD_DISABLED
+             for sid, enabled, deleted in await cur.fetchall()}
+    return {sid: found.get(sid, HELD_DELETED) for sid in subscription_ids}
 
 
 async def hold_subscription(conn: AsyncConnection, subscription_id: str, reason: str) -> list[NewEvent]:

@@ -41,12 +41,11 @@ from contentsvc.monitoring import events as me
 from contentsvc.monitoring.deliveries import (
     MATCH_CREATED,
     MATCH_WITHDRAWN,
-    HELD_DELETED,
-    HELD_DISABLED,
     Notice,
     create_deliveries_many,
     create_delivery,
     notice_hold,
+    notice_holds,
 )
 from contentsvc.monitoring.match_events import MATCH_SUBJECT, MatchCreated, MatchWithdrawn
 from contentsvc.domain.models import Output
@@ -226,14 +225,6 @@ async def fold_withdrawn(conn: AsyncConnection, e: JournalEvent, settings: Deliv
     return await _withdraw(conn, "record_id = %s", record_id, RECORD_WITHDRAWN, settings)
 
 
-async def hold_of(conn: AsyncConnection, subscription_id: str) -> tuple[bool, str | None]:
-    """(enabled, hold) of the Subscription now, read as deliveries.notice_hold reads it: a disable,
-    enable or delete either committed before (and is read here) or waits for this transaction,
-    and then holds or releases the Deliveries it created."""
-    held = await notice_hold(conn, subscription_id)
-    return held is None, held
-
-
 async def _withdraw(conn: AsyncConnection, where: str, value: str, reason: str,
                     settings: DeliverySettings) -> list[NewEvent]:
     """active -> withdrawn (terminal), each with its `match.withdrawn` change event and a pending
@@ -244,7 +235,7 @@ async def _withdraw(conn: AsyncConnection, where: str, value: str, reason: str,
         f" WHERE {where} AND state = 'active' RETURNING *", (reason, value))
     out: list[NewEvent] = []
     for m in await cur.fetchall():
-        _, held = await hold_of(conn, m["subscription_id"])
+        held = await notice_hold(conn, m["subscription_id"])
         delivery = await create_delivery(conn, _notice(m, MATCH_WITHDRAWN), settings, held)
         out.append(NewEvent(
             org_id=m["org_id"], corpus_id=m["corpus_id"], subject_type=MATCH_SUBJECT, subject_id=m["match_id"],
@@ -321,23 +312,13 @@ async def _decided_many(conn: AsyncConnection, rows: list[dict]) -> None:
         (sorted({r["subscription_id"] for r in rows}),))
 
 
-async def holds_of(conn: AsyncConnection, subscription_ids: list[str]) -> dict[str, str | None]:
-    """notice_hold for many Subscriptions in one statement (rows read FOR SHARE in id order)."""
-    cur = await conn.execute("SELECT subscription_id, enabled, deleted FROM subscriptions"
-                             " WHERE subscription_id = ANY(%s) ORDER BY subscription_id FOR SHARE",
-                             (sorted(set(subscription_ids)),))
-    found = {sid: HELD_DELETED if deleted else None if enabled else HELD_DISABLED
-             for sid, enabled, deleted in await cur.fetchall()}
-    return {sid: found.get(sid, HELD_DELETED) for sid in subscription_ids}
-
-
 async def settle_decided_many(conn: AsyncConnection, no_match: list[dict], match: list[tuple[dict, dict]],
                               settings: DeliverySettings) -> list[NewEvent]:
-    """settle_no_match and settle_match for a step's decisions, set-based: a fixed number of
+    """A step's no_match and match decisions, set-based: a fixed number of
     statements whatever the number of decisions. `match` pairs a pending row (with its Subscription
     Version's saved_query_id, saved_query_version_id, destination_id, owner) with its evidence.
     A Subscription disabled or deleted meanwhile commits no Match: its evaluation is dropped."""
-    holds = await holds_of(conn, [r["subscription_id"] for r, _ in match]) if match else {}
+    holds = await notice_holds(conn, [r["subscription_id"] for r, _ in match]) if match else {}
     dropped = [r for r, _ in match if holds[r["subscription_id"]] is not None]
     matched = [(r, evidence) for r, evidence in match if holds[r["subscription_id"]] is None]
     if dropped:
@@ -413,37 +394,3 @@ async def settle_retry(conn: AsyncConnection, row: dict, delay_seconds: float, c
         " next_attempt_at = now() + make_interval(secs => %s)"
         " WHERE subscription_version_id = %s AND version_id = %s",
         (cause[:1024], delay_seconds, row["subscription_version_id"], row["version_id"]))
-
-
-async def settle_match(conn: AsyncConnection, row: dict, version: dict, evidence: dict,
-                       settings: DeliverySettings) -> list[NewEvent]:
-    """A `match` decision: the Match, its `match.created` Delivery and the change event, in the
-    caller's transaction. A Subscription disabled or deleted meanwhile commits nothing (disable
-    blocks new evaluation commits): the evaluation is dropped."""
-    enabled, held = await hold_of(conn, row["subscription_id"])
-    if not enabled:
-        await conn.execute("UPDATE monitor_evaluations SET state = 'dropped', next_attempt_at = NULL"
-                           " WHERE subscription_version_id = %s AND version_id = %s",
-                           (row["subscription_version_id"], row["version_id"]))
-        return []
-    await _settled(conn, row, "decided")
-    match_id = new_id("mat")
-    cur = conn.cursor(row_factory=dict_row)
-    await cur.execute(
-        "INSERT INTO matches (match_id, org_id, corpus_id, subscription_id, subscription_version_id, saved_query_id,"
-        " saved_query_version_id, record_id, version_id, destination_id, owner, evidence, state, created_at)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'active', now())"
-        " ON CONFLICT (subscription_version_id, version_id) DO NOTHING RETURNING *",
-        (match_id, row["org_id"], row["corpus_id"], row["subscription_id"], row["subscription_version_id"],
-         version["saved_query_id"], version["saved_query_version_id"], row["record_id"], row["version_id"],
-         version["destination_id"], version["owner"], Jsonb(evidence)))
-    m = await cur.fetchone()
-    if m is None:  # already matched (one evaluation per pair): nothing more to commit
-        return []
-    await create_delivery(conn, _notice(m, MATCH_CREATED), settings, held)
-    return [NewEvent(
-        org_id=m["org_id"], corpus_id=m["corpus_id"], subject_type=MATCH_SUBJECT, subject_id=m["match_id"],
-        version_id=m["version_id"],
-        payload=MatchCreated(match_id=m["match_id"], subscription_id=m["subscription_id"],
-                             subscription_version_id=m["subscription_version_id"], record_id=m["record_id"],
-                             version_id=m["version_id"], created_at=iso(m["created_at"])))]

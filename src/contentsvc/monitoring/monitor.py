@@ -234,10 +234,10 @@ class MonitorWorker(TableFold):
             ev_ = r["evaluator"]
             groups.setdefault((r["version_id"], ev_["plugin_id"], ev_["version"]), []).append(r)
         for (version_id, plugin_id, plugin_version), rows in groups.items():
-            provider = self._provider(plugin_id, plugin_version)
+            provider = self._provider(plugin_id)
             if provider is None or provider.version != plugin_version:
                 await self.plan.refresh(conn)  # the cached plan may predate the Subscription's
-                provider = self._provider(plugin_id, plugin_version)
+                provider = self._provider(plugin_id)
             if provider is None or provider.version != plugin_version:
                 # The pinned evaluator version left the plan: nothing can decide these any more.
                 await self._fail_all(conn, rows, version_id)
@@ -292,7 +292,7 @@ class MonitorWorker(TableFold):
             if await matches.lock_pending(conn, r["subscription_version_id"], version_id):
                 await matches.settle_failed(conn, r, matches.EVALUATOR_FAILED)
 
-    def _provider(self, plugin_id: str, plugin_version: str) -> Provider | None:
+    def _provider(self, plugin_id: str) -> Provider | None:
         return self.plan.provider(f"subscription:{plugin_id}")
 
     async def _drop_expired_not_ready(self, conn: AsyncConnection) -> None:

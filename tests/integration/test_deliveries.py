@@ -431,7 +431,7 @@ def test_an_outcome_that_cannot_be_recorded_costs_only_itself(databases, receive
         # An error code the attempts table refuses (its CHECK): the batch's transaction raises.
         ended[0] = (bad_claim, dataclasses.replace(bad_outcome, status_code=None, error_code="not_a_code"))
         async with await AsyncConnection.connect(url) as conn:
-            await worker.record(conn, ended)
+            await worker.record(conn, ended, 0)
         await worker.close()
         return bad_claim
 

@@ -1,15 +1,15 @@
 """The `deliveries` worker (decisions-part2, "Deliveries"; design.md, "Part 2"): sends each due
 Delivery's notice to its destination as a Standard Webhooks POST, at least once.
 
-The worker keeps up to `[deliveries] concurrency` attempts in flight. Each step tops them up
-with a claim of as many due Deliveries as there are free slots, in one transaction (row locks
-with SKIP LOCKED and a lease of the attempt timeout + 5 s: two worker processes never attempt the
-same Delivery at once, so several may run), sends them with no transaction open, waits for the
-first of the sends in flight to end, and records every attempt ended by then in one transaction
-(one journal append for all their `delivery.changed`): a slow receiver holds its own slot, never
-the others'. Should that transaction raise (nothing of it is written), the outcomes are recorded
-one by one, so a bad one costs only itself: it is logged and left unrecorded, and its lease
-expires. A worker killed between the send and the record leaves a lease that expires; the
+The worker keeps up to `[deliveries] concurrency` attempts in flight. Each step waits for the
+first of the sends in flight to end (and a few milliseconds for those close behind it), then in
+one transaction records every attempt ended by then and claims as many due Deliveries as there
+are free slots (one journal append for all their `delivery.changed`; row locks with SKIP LOCKED
+and a lease of the attempt timeout + 5 s: two worker processes never attempt the same Delivery at
+once, so several may run), and sends the claims with no transaction open: a slow receiver holds
+its own slot, never the others'. Should that transaction raise (nothing of it is written), the
+outcomes are recorded one by one, so a bad one costs only itself: it is logged and left
+unrecorded, and its lease expires. A worker killed between the send and the record leaves a lease that expires; the
 attempt is then sent again by any worker, with the same body and `webhook-id` (the receiver
 deduplicates).
 
@@ -40,6 +40,7 @@ from contentsvc.projectors.runner import connection_lost
 log = get_logger("contentsvc.deliveries")
 
 IDLE_POLL_CAP_SECONDS = 1.0  # without a commit to wake it, the worker looks again at least this often
+COLLECT_SECONDS = 0.003  # after a send ends, how long the step waits for the others close behind it
 DESTINATION_RECHECK_SECONDS = 5.0  # how often held destination_unconfigured Deliveries are looked at
 UNRECORDED = "unrecorded"  # an outcome whose own recording raised: its lease expires, the attempt is redone
 
@@ -98,45 +99,60 @@ class DeliveriesWorker(Projector):
         if time.monotonic() >= self._destinations_checked + DESTINATION_RECHECK_SECONDS:
             await deliveries.release_configured_destinations(conn, self.configured)
             self._destinations_checked = time.monotonic()
+        ended = await self._ended_sends()
         free = self.delivery_settings.concurrency - len(self._in_flight)
-        claims = await deliveries.claim_due(conn, self.delivery_settings, self.configured, free) if free > 0 else []
+        claims = await self.record(conn, ended, free)
         for claim in claims:  # every transaction is closed here: the sends run outside the database
             self._in_flight[asyncio.create_task(self.send(claim))] = claim
-        if self._in_flight:
-            # Wake at the first end of a send, or after the idle poll to claim what became due meanwhile.
-            done, _ = await asyncio.wait(self._in_flight, timeout=IDLE_POLL_CAP_SECONDS,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            await self.record(conn, [(self._in_flight.pop(task), task.result()) for task in done])
         if self._in_flight:
             return True
         due_in = await deliveries.next_due_in(conn)
         self._idle_poll = IDLE_POLL_CAP_SECONDS if due_in is None else min(max(due_in, 0.05), IDLE_POLL_CAP_SECONDS)
         return len(claims) == free
 
-    async def record(self, conn: AsyncConnection, ended: list[tuple[Claim, Outcome]]) -> None:
-        """All the ended attempts in one transaction; if it raises, one by one (see the module doc)."""
+    async def _ended_sends(self) -> list[tuple[Claim, Outcome]]:
+        """The sends ended by the first end (or the idle poll, to claim what became due meanwhile),
+        with those ending within COLLECT_SECONDS of it: a fast receiver answers the slots at
+        nearly the same moment, and one transaction then records them all."""
+        if not self._in_flight:
+            return []
+        done, pending = await asyncio.wait(self._in_flight, timeout=IDLE_POLL_CAP_SECONDS,
+                                           return_when=asyncio.FIRST_COMPLETED)
+        if done and pending:
+            done |= (await asyncio.wait(pending, timeout=COLLECT_SECONDS))[0]
+        return [(self._in_flight.pop(task), task.result()) for task in done]
+
+    async def record(self, conn: AsyncConnection, ended: list[tuple[Claim, Outcome]], free: int) -> list[Claim]:
+        """The ended attempts and the next claims in one transaction; if it raises, the outcomes
+        one by one and then the claims on their own (see the module doc). The new claims."""
         try:
-            states = await deliveries.record_attempts(conn, ended, self.delivery_settings)
+            states, claims = await deliveries.record_and_claim(conn, ended, self.delivery_settings,
+                                                               self.configured, free)
         except Exception as exc:
             if isinstance(exc, psycopg.Error) and connection_lost(exc):
                 raise  # an outage: the runner waits it out; the leases expire and the attempts are redone
+            if not ended:
+                raise
             log.warning("delivery_batch_record_failed", attempts=len(ended), error=type(exc).__name__)
-            states = []
-            for claim, outcome in ended:
-                try:
-                    states.append(await deliveries.record_attempt(conn, claim, outcome, self.delivery_settings))
-                except Exception as row_exc:
-                    if isinstance(row_exc, psycopg.Error) and connection_lost(row_exc):
-                        raise
-                    log.error("delivery_record_failed", delivery_id=claim.delivery_id, number=claim.number,
-                              error=type(row_exc).__name__)
-                    states.append(UNRECORDED)
+            states = [await self._record_one(conn, claim, outcome) for claim, outcome in ended]
+            claims = await deliveries.claim_due(conn, self.delivery_settings, self.configured, free) if free else []
         for (claim, outcome), state in zip(ended, states):
             if state is UNRECORDED:
                 continue
             log.info("delivery_attempt", delivery_id=claim.delivery_id, number=claim.number,
                      status_code=outcome.status_code, error_code=outcome.error_code,
                      duration_ms=outcome.duration_ms, state=state, lease_lost=state is None)
+        return claims
+
+    async def _record_one(self, conn: AsyncConnection, claim: Claim, outcome: Outcome) -> str | None:
+        try:
+            return await deliveries.record_attempt(conn, claim, outcome, self.delivery_settings)
+        except Exception as exc:
+            if isinstance(exc, psycopg.Error) and connection_lost(exc):
+                raise
+            log.error("delivery_record_failed", delivery_id=claim.delivery_id, number=claim.number,
+                      error=type(exc).__name__)
+            return UNRECORDED
 
     async def send(self, claim: Claim) -> Outcome:
         """One attempt: POST the stored body, signed now; what came back, never what was sent."""

@@ -286,9 +286,9 @@ async def create_deliveries_many(conn: AsyncConnection, notices: list[tuple[Noti
     await conn.execute(
         """INSERT INTO deliveries (delivery_id, event_id, org_id, corpus_id, match_id, subscription_id,
                 destination_id, event_type, held, next_attempt_at, created_at, window_ends_at, body)
-            SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                                 %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[],
-                                 %s::bytea[])
+            SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
+                                 %b::text[], %b::text[], %b::timestamptz[], %b::timestamptz[], %b::timestamptz[],
+                                 %b::bytea[])
             ON CONFLICT (match_id, event_type) DO NOTHING""", columns)
 
 
@@ -394,41 +394,48 @@ async def claim_due(conn: AsyncConnection, settings: DeliverySettings, configure
     workers never take the same one. Each due one past its window fails `delivery_window_expired`;
     one whose destination the startup file does not name is held `destination_unconfigured`
     (its window keeps running); the others are leased for the attempt timeout + 5 s."""
-    lease_seconds = settings.attempt_timeout_seconds + LEASE_MARGIN_SECONDS
-    claims: list[Claim] = []
     async with journal_transaction(conn):
-        now = await _now(conn)
-        cur = await conn.execute(
-            """SELECT org_id, corpus_id, delivery_id, match_id, event_id, destination_id, body, attempts,
-                      window_ends_at, last_error FROM deliveries
-               WHERE state = 'pending' AND held IS NULL AND next_attempt_at <= now()
-                 AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-               ORDER BY next_attempt_at LIMIT %s FOR UPDATE SKIP LOCKED""", (limit,))
-        events = []
-        for org, corpus, delivery_id, match_id, event_id, destination_id, body, attempts, window, last_error in \
-                await cur.fetchall():
-            if window is not None and window <= now:
-                error = _window_expired(now, last_error)
-                await conn.execute(
-                    """UPDATE deliveries SET state = 'failed', next_attempt_at = NULL, failed_at = %s,
-                       last_error = %s, lease_token = NULL, lease_expires_at = NULL WHERE delivery_id = %s""",
-                    (now, Jsonb(error), delivery_id))
-                events.append(_changed(org, corpus, delivery_id, match_id, "failed", None, attempts, now, error))
-            elif destination_id not in configured:
-                await conn.execute("UPDATE deliveries SET held = %s, next_attempt_at = NULL WHERE delivery_id = %s",
-                                   (HELD_UNCONFIGURED, delivery_id))
-                events.append(_changed(org, corpus, delivery_id, match_id, "pending", HELD_UNCONFIGURED, attempts,
-                                       now))
-            else:
-                claims.append(Claim(delivery_id, event_id, destination_id, bytes(body), attempts + 1,
-                                    uuid.uuid4().hex))
-        if claims:
-            async with conn.cursor() as lease:
-                await lease.executemany(
-                    """UPDATE deliveries SET lease_token = %s, lease_expires_at = now() + make_interval(secs => %s)
-                       WHERE delivery_id = %s""", [(c.lease_token, lease_seconds, c.delivery_id) for c in claims])
+        claims, events = await _claim(conn, settings, configured, limit)
         await append(conn, events)
     return claims
+
+
+async def _claim(conn: AsyncConnection, settings: DeliverySettings, configured: set[str],
+                 limit: int) -> tuple[list[Claim], list[NewEvent]]:
+    """claim_due's statements, inside the caller's transaction; the events are the caller's to append."""
+    lease_seconds = settings.attempt_timeout_seconds + LEASE_MARGIN_SECONDS
+    claims: list[Claim] = []
+    now = await _now(conn)
+    cur = await conn.execute(
+        """SELECT org_id, corpus_id, delivery_id, match_id, event_id, destination_id, body, attempts,
+                  window_ends_at, last_error FROM deliveries
+           WHERE state = 'pending' AND held IS NULL AND next_attempt_at <= now()
+             AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+           ORDER BY next_attempt_at LIMIT %s FOR UPDATE SKIP LOCKED""", (limit,))
+    events = []
+    for org, corpus, delivery_id, match_id, event_id, destination_id, body, attempts, window, last_error in \
+            await cur.fetchall():
+        if window is not None and window <= now:
+            error = _window_expired(now, last_error)
+            await conn.execute(
+                """UPDATE deliveries SET state = 'failed', next_attempt_at = NULL, failed_at = %s,
+                   last_error = %s, lease_token = NULL, lease_expires_at = NULL WHERE delivery_id = %s""",
+                (now, Jsonb(error), delivery_id))
+            events.append(_changed(org, corpus, delivery_id, match_id, "failed", None, attempts, now, error))
+        elif destination_id not in configured:
+            await conn.execute("UPDATE deliveries SET held = %s, next_attempt_at = NULL WHERE delivery_id = %s",
+                               (HELD_UNCONFIGURED, delivery_id))
+            events.append(_changed(org, corpus, delivery_id, match_id, "pending", HELD_UNCONFIGURED, attempts,
+                                   now))
+        else:
+            claims.append(Claim(delivery_id, event_id, destination_id, bytes(body), attempts + 1,
+                                uuid.uuid4().hex))
+    if claims:
+        await conn.execute(
+            """UPDATE deliveries d SET lease_token = k.token, lease_expires_at = now() + make_interval(secs => %s)
+               FROM unnest(%b::text[], %b::text[]) AS k(delivery_id, token) WHERE d.delivery_id = k.delivery_id""",
+            (lease_seconds, [c.delivery_id for c in claims], [c.lease_token for c in claims]))
+    return claims, events
 
 
 async def release_configured_destinations(conn: AsyncConnection, configured: set[str]) -> int:
@@ -488,47 +495,67 @@ async def record_attempts(conn: AsyncConnection, recorded: Sequence[tuple[Claim,
         return []
     # Every move is computed before the transaction: a bad outcome raises before any lock or write.
     verdicts = [_verdict(claim, outcome, settings) for claim, outcome in recorded]
-    states: list[str | None] = [None] * len(recorded)
     async with journal_transaction(conn):
-        # Locked in delivery_id order, as every batch of every worker locks them: no deadlock.
-        cur = await conn.execute(
-            """SELECT delivery_id, lease_token, org_id, corpus_id, match_id, state, held FROM deliveries
-               WHERE delivery_id = ANY(%s) ORDER BY delivery_id FOR UPDATE""",
-            ([claim.delivery_id for claim, _ in recorded],))
-        rows = {(row[0], row[1]): row[2:] for row in await cur.fetchall()}
-        attempts, updates, events = [], [], []
-        for i, ((claim, outcome), verdict) in enumerate(zip(recorded, verdicts)):
-            row = rows.pop((claim.delivery_id, claim.lease_token), None)  # pop: a claim is recorded once
-            if row is None:
-                continue  # the lease was lost
-            org, corpus, match_id, old_state, held = row
-            finished = outcome.finished_at
-            state, last_error = verdict.state, verdict.last_error
-            next_at = verdict.next_at if held is None else None
-            new_held = held if state == "pending" or held == HELD_DELETED else None
-            attempts.append((new_id("att"), claim.delivery_id, claim.number, outcome.started_at, finished,
-                             outcome.status_code, outcome.error_code, outcome.duration_ms, outcome.response_excerpt))
-            updates.append((state, new_held, claim.number, next_at, finished, state, finished, state, finished,
-                            None if last_error is None else Jsonb(last_error), claim.delivery_id))
-            if state != old_state or new_held != held:
-                events.append(_changed(org, corpus, claim.delivery_id, match_id, state, new_held, claim.number,
-                                       finished, last_error))
-            states[i] = state
-        if attempts:
-            async with conn.cursor() as cur:
-                await cur.executemany(
-                    """INSERT INTO delivery_attempts (attempt_id, delivery_id, number, started_at, finished_at,
-                           status_code, error_code, duration_ms, response_excerpt)
-                       VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (delivery_id, number) DO NOTHING""",
-                    attempts)
-                await cur.executemany(
-                    """UPDATE deliveries SET state = %s, held = %s, attempts = %s, next_attempt_at = %s,
-                           last_attempt_at = %s, succeeded_at = CASE WHEN %s = 'succeeded' THEN %s END,
-                           failed_at = CASE WHEN %s = 'failed' THEN %s END, last_error = %s,
-                           lease_token = NULL, lease_expires_at = NULL
-                       WHERE delivery_id = %s""", updates)
+        states, events = await _record(conn, recorded, verdicts)
         await append(conn, events)
     return states
+
+
+async def record_and_claim(conn: AsyncConnection, recorded: Sequence[tuple[Claim, Outcome]],
+                           settings: DeliverySettings, configured: set[str],
+                           limit: int) -> tuple[list[str | None], list[Claim]]:
+    """record_attempts and claim_due in one transaction and one journal append: the worker's step
+    when the receiver answers fast, so every outcome costs a share of one commit, not two."""
+    verdicts = [_verdict(claim, outcome, settings) for claim, outcome in recorded]
+    async with journal_transaction(conn):
+        states, events = await _record(conn, recorded, verdicts) if recorded else ([], [])
+        claims, claim_events = await _claim(conn, settings, configured, limit) if limit > 0 else ([], [])
+        await append(conn, events + claim_events)
+    return states, claims
+
+
+async def _record(conn: AsyncConnection, recorded: Sequence[tuple[Claim, Outcome]],
+                  verdicts: list[_Verdict]) -> tuple[list[str | None], list[NewEvent]]:
+    """record_attempts' statements, inside the caller's transaction."""
+    states: list[str | None] = [None] * len(recorded)
+    # Locked in delivery_id order, as every batch of every worker locks them: no deadlock.
+    cur = await conn.execute(
+        """SELECT delivery_id, lease_token, org_id, corpus_id, match_id, state, held FROM deliveries
+           WHERE delivery_id = ANY(%s) ORDER BY delivery_id FOR UPDATE""",
+        ([claim.delivery_id for claim, _ in recorded],))
+    rows = {(row[0], row[1]): row[2:] for row in await cur.fetchall()}
+    attempts, updates, events = [], [], []
+    for i, ((claim, outcome), verdict) in enumerate(zip(recorded, verdicts)):
+        row = rows.pop((claim.delivery_id, claim.lease_token), None)  # pop: a claim is recorded once
+        if row is None:
+            continue  # the lease was lost
+        org, corpus, match_id, old_state, held = row
+        finished = outcome.finished_at
+        state, last_error = verdict.state, verdict.last_error
+        next_at = verdict.next_at if held is None else None
+        new_held = held if state == "pending" or held == HELD_DELETED else None
+        attempts.append((new_id("att"), claim.delivery_id, claim.number, outcome.started_at, finished,
+                         outcome.status_code, outcome.error_code, outcome.duration_ms, outcome.response_excerpt))
+        updates.append((state, new_held, claim.number, next_at, finished, state, finished, state, finished,
+                        None if last_error is None else Jsonb(last_error), claim.delivery_id))
+        if state != old_state or new_held != held:
+            events.append(_changed(org, corpus, claim.delivery_id, match_id, state, new_held, claim.number,
+                                   finished, last_error))
+        states[i] = state
+    if attempts:
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                """INSERT INTO delivery_attempts (attempt_id, delivery_id, number, started_at, finished_at,
+                       status_code, error_code, duration_ms, response_excerpt)
+                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (delivery_id, number) DO NOTHING""",
+                attempts)
+            await cur.executemany(
+                """UPDATE deliveries SET state = %s, held = %s, attempts = %s, next_attempt_at = %s,
+                       last_attempt_at = %s, succeeded_at = CASE WHEN %s = 'succeeded' THEN %s END,
+                       failed_at = CASE WHEN %s = 'failed' THEN %s END, last_error = %s,
+                       lease_token = NULL, lease_expires_at = NULL
+                   WHERE delivery_id = %s""", updates)
+    return states, events
 
 
 async def record_attempt(conn: AsyncConnection, claim: Claim, outcome: Outcome,

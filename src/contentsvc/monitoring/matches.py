@@ -115,7 +115,7 @@ async def visible_match(conn: AsyncConnection, org_id: str, scope: list[str] | N
     cur = conn.cursor(row_factory=dict_row)
     await cur.execute(
         f"SELECT {_MATCH_COLUMNS} FROM matches m JOIN subscriptions s ON s.subscription_id = m.subscription_id"
-        " WHERE m.org_id = %s AND m.match_id = %s AND (%s::text[] IS NULL OR s.scope <@ %s::text[])",
+        " WHERE m.org_id = %s AND m.match_id = %s AND (%b::text[] IS NULL OR s.scope <@ %b::text[])",
         (org_id, match_id, scope, scope))
     row = await cur.fetchone()
     return None if row is None else _match(row)
@@ -127,7 +127,7 @@ async def list_matches(conn: AsyncConnection, org_id: str, scope: list[str] | No
     cur = conn.cursor(row_factory=dict_row)
     await cur.execute(
         f"SELECT {_MATCH_COLUMNS} FROM matches m JOIN subscriptions s ON s.subscription_id = m.subscription_id"
-        " WHERE m.org_id = %s AND m.match_id > %s AND (%s::text[] IS NULL OR s.scope <@ %s::text[])"
+        " WHERE m.org_id = %s AND m.match_id > %s AND (%b::text[] IS NULL OR s.scope <@ %b::text[])"
         "   AND (%s::text IS NULL OR m.subscription_id = %s::text) AND (%s::text IS NULL OR m.record_id = %s::text)"
         "   AND (%s::text IS NULL OR m.state = %s::text)"
         " ORDER BY m.match_id LIMIT %s",
@@ -302,13 +302,16 @@ async def settle_no_match_many(conn: AsyncConnection, rows: list[dict]) -> None:
 async def _decided_many(conn: AsyncConnection, rows: list[dict]) -> None:
     await conn.execute(
         "UPDATE monitor_evaluations e SET state = 'decided', next_attempt_at = NULL, attempts = attempts + 1,"
-        " last_error = NULL FROM unnest(%s::text[], %s::text[]) AS k(sv, v)"
+        " last_error = NULL FROM unnest(%b::text[], %b::text[]) AS k(sv, v)"
         " WHERE e.subscription_version_id = k.sv AND e.version_id = k.v",
         ([r["subscription_version_id"] for r in rows], [r["version_id"] for r in rows]))
     await conn.execute(
         "INSERT INTO monitor_subscription_status AS s (subscription_id, last_evaluated_at, last_error)"
-        " SELECT unnest(%s::text[]), now(), NULL::jsonb"
-        " ON CONFLICT (subscription_id) DO UPDATE SET last_evaluated_at = now()",
+        " SELECT unnest(%b::text[]), now(), NULL::jsonb"
+        " ON CONFLICT (subscription_id) DO UPDATE SET last_evaluated_at = now()"
+        # To the second: a Subscription decided for every Version of a burst is rewritten once a
+        # second, not once per Version (a thousand Subscriptions x each Version otherwise).
+        " WHERE s.last_evaluated_at IS NULL OR s.last_evaluated_at < now() - interval '1 second'",
         (sorted({r["subscription_id"] for r in rows}),))
 
 
@@ -324,7 +327,7 @@ async def settle_decided_many(conn: AsyncConnection, no_match: list[dict], match
     if dropped:
         await conn.execute(
             "UPDATE monitor_evaluations e SET state = 'dropped', next_attempt_at = NULL"
-            " FROM unnest(%s::text[], %s::text[]) AS k(sv, v)"
+            " FROM unnest(%b::text[], %b::text[]) AS k(sv, v)"
             " WHERE e.subscription_version_id = k.sv AND e.version_id = k.v",
             ([r["subscription_version_id"] for r in dropped], [r["version_id"] for r in dropped]))
     decided = no_match + [r for r, _ in matched]
@@ -340,8 +343,8 @@ async def settle_decided_many(conn: AsyncConnection, no_match: list[dict], match
     await cur.execute(
         "INSERT INTO matches (match_id, org_id, corpus_id, subscription_id, subscription_version_id, saved_query_id,"
         " saved_query_version_id, record_id, version_id, destination_id, owner, evidence, state, created_at)"
-        " SELECT u.*, 'active', now() FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
-        "   %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[]) AS u"
+        " SELECT u.*, 'active', now() FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[],"
+        "   %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[]) AS u"
         " ON CONFLICT (subscription_version_id, version_id) DO NOTHING RETURNING *",  # one per pair
         columns)
     created = sorted(await cur.fetchall(), key=lambda m: (m["version_id"], m["subscription_version_id"]))

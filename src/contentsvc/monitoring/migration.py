@@ -91,7 +91,7 @@ JOIN subscription_versions v ON v.version_id = s.current_version_id
 JOIN saved_query_versions q ON q.version_id = v.saved_query_version_id
 WHERE s.org_id = %s AND NOT s.deleted AND s.subscription_id > %s
   AND v.evaluator->>'plugin_id' = %s AND v.evaluator->>'version' = %s
-  AND (%s::text[] IS NULL OR s.scope <@ %s::text[])
+  AND (%b::text[] IS NULL OR s.scope <@ %b::text[])
 ORDER BY s.subscription_id
 LIMIT %s
 """

@@ -275,7 +275,7 @@ async def active_subscriptions(conn: AsyncConnection, p: Principal, owner: str |
         f"SELECT {_SUBSCRIPTION_COLUMNS} FROM subscriptions"
         " WHERE org_id = %s AND enabled AND NOT deleted AND subscription_id > %s"
         "   AND (%s::text IS NULL OR owner = %s::text) AND (NOT %s OR owner IS NULL)"
-        "   AND (%s::text[] IS NULL OR scope <@ %s::text[])"
+        "   AND (%b::text[] IS NULL OR scope <@ %b::text[])"
         " ORDER BY subscription_id LIMIT %s",
         (p.org_id, after or "", owner, owner, global_only, scope, scope, limit))
     return [SubscriptionHead(**_timestamps(row)).view() for row in await cur.fetchall()]

@@ -22,7 +22,6 @@ them means no framework answers a bad request with a shape the engine does not p
 from __future__ import annotations
 
 import hmac
-import json
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio.to_thread
+import msgspec
 
 from contentsvc.config.plugins import is_loopback
 from contentsvc.logging import get_logger
@@ -199,8 +199,8 @@ async def _read_body(receive: Receive) -> bytes:
 
 def _decode(raw: bytes) -> dict:
     try:
-        request = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        request = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
         raise PluginError(400, "malformed_json", "the request body is not JSON") from None
     if not isinstance(request, dict):
         raise PluginError(400, "malformed_json", "the request body is not a JSON object")
@@ -208,7 +208,7 @@ def _decode(raw: bytes) -> dict:
 
 
 def _encode(body: dict) -> bytes:
-    return json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
+    return msgspec.json.encode(body)
 
 
 async def _respond(send: Send, status: int, body: dict, headers: dict[str, str]) -> None:

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 import httpx
+import msgspec
 
 from contentsvc import __version__
 from contentsvc.ids import new_id
@@ -156,8 +157,10 @@ class PluginClient:
             if body is None:
                 return await self.http.request(method, self.target.url(route), headers=self._headers(invocation_id),
                                                timeout=timeout)
-            return await self.http.request(method, self.target.url(route), json=body,
-                                           headers=self._headers(invocation_id), timeout=timeout)
+            # msgspec rather than httpx's json=: an evaluator request can be hundreds of KiB.
+            headers = self._headers(invocation_id) | {"Content-Type": "application/json"}
+            return await self.http.request(method, self.target.url(route), content=msgspec.json.encode(body),
+                                           headers=headers, timeout=timeout)
         except httpx.TimeoutException:
             self.verified = False
             raise PluginUnreachable("timeout", f"{self.target.plugin_id} did not answer {route} within {timeout} s") \
@@ -244,8 +247,8 @@ class PluginClient:
 
 def _json_object(response: httpx.Response) -> dict | None:
     try:
-        answer = response.json()
-    except ValueError:
+        answer = msgspec.json.decode(response.content)
+    except msgspec.DecodeError:
         return None
     return answer if isinstance(answer, dict) else None
 

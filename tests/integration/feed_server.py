@@ -16,7 +16,8 @@ from tests.integration.loopback_server import LoopbackServer
 FEEDS = Path(__file__).resolve().parents[1] / "fixtures" / "feeds"
 FIXTURE_PORT = 8193  # the port the shipped rss fixtures name
 LAST_MODIFIED = formatdate(1772524800, usegmt=True)  # fixed: the files' content is what changes, not their date
-CONTENT_TYPES = {".rss": "application/rss+xml", ".atom": "application/atom+xml", ".json": "application/feed+json"}
+CONTENT_TYPES = {".rss": "application/rss+xml", ".rdf": "application/rdf+xml", ".atom": "application/atom+xml",
+                 ".json": "application/feed+json", ".html": "text/html; charset=utf-8"}
 
 
 class FeedServer(LoopbackServer):
@@ -25,6 +26,7 @@ class FeedServer(LoopbackServer):
     def __init__(self, port: int = 0):
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.overrides: dict[str, bytes] = {}  # path -> body, to change a feed between fetches
+        self.content_types: dict[str, str] = {}  # path -> Content-Type, to have a server mislabel a feed
         self.expected_authorization: str | None = None
         handler = type("Handler", (_Handler,), {"server_state": self})
         self._listen(port, handler)
@@ -67,7 +69,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = body if body is not None else file.read_bytes()
         etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
         headers = {"etag": etag, "last-modified": LAST_MODIFIED,
-                   "content-type": CONTENT_TYPES.get(Path(path).suffix, "application/xml")}
+                   "content-type": self.server_state.content_types.get(
+                       path, CONTENT_TYPES.get(Path(path).suffix, "application/xml"))}
         if self.headers.get("if-none-match") == etag:
             self._answer(304, b"", headers)
         else:

@@ -1,5 +1,5 @@
-"""The first-party `rss` connector as a real process reading real RSS 2.0, Atom and JSON Feed
-files from a real HTTP server on loopback (decisions-part2, "Plugin processes and first-party
+"""The first-party `rss` connector as a real process reading real RSS 2.0, RSS 1.0, Atom and JSON
+Feed files (and an ISO-8859-1 one, a malformed one, one that is not a feed, one too large) from a real HTTP server on loopback (decisions-part2, "Plugin processes and first-party
 plugins": `rss`)."""
 
 from __future__ import annotations
@@ -169,6 +169,57 @@ def test_a_timeout_is_transient(rss_plugin, feeds):
     body = answer.json()
     assert (body["code"], body["error_class"], body["retryable"]) == ("timeout", "transient", True)
     assert body["retry_after_seconds"] >= 1
+
+
+def test_rss1_is_read_like_the_others(rss_plugin, feeds):
+    # decisions-part2 rss: parses RSS 2.0/1.0/Atom/JSON Feed with feedparser
+    page = fetch(rss_plugin, f"{feeds.base_url}/feeds/harbour.rdf")
+    assert page["diagnostics"]["feed_version"] == "rss10"
+    assert [item["record_key"] for item in page["items"]] == [
+        "https://harbour.example/notices/tide-tables", "https://harbour.example/notices/pilot-boarding"]
+    assert parts(page["items"][0]) == {"title": "Tide tables for April", "body": "Spring tides peak on the ninth."}
+    assert page["items"][0]["source_position"] == "2026-03-02T08:00:00Z"
+
+
+def test_an_encoding_the_server_mislabels_is_a_warning_not_a_failure(rss_plugin, feeds):
+    # A feed encoded in ISO-8859-1 as its XML declaration says, served as UTF-8: feedparser flags it
+    # (CharacterEncodingOverride) and still reads the right text; the run shows it in diagnostics.
+    path = "/feeds/capitainerie-latin1.rss"
+    feeds.content_types[path] = "application/rss+xml; charset=utf-8"
+    try:
+        page = fetch(rss_plugin, feeds.base_url + path)
+    finally:
+        del feeds.content_types[path]
+    [item] = page["items"]
+    assert parts(item)["title"] == "Quai numéro deux fermé"
+    assert "jusqu'à vendredi" in parts(item)["body"]
+    assert page["diagnostics"]["encoding_warning"] == "CharacterEncodingOverride"
+    assert "encoding_warning" not in fetch(rss_plugin, feeds.base_url + path)["diagnostics"]  # labelled right
+
+
+@pytest.mark.parametrize(("path", "code"), [("/feeds/malformed.rss", "malformed_feed"),
+                                            ("/feeds/not-a-feed.html", "invalid_feed")])
+def test_malformed_xml_and_a_page_that_is_not_a_feed_are_source_errors(rss_plugin, feeds, path, code):
+    # decisions-part2 rss + Runs: a plugin error ends the run with its error_class and code (health
+    # last_error, not access_error); a broken document publishes nothing rather than a guess
+    answer = call(rss_plugin, "fetch", feeds.base_url + path)
+    body = answer.json()
+    assert answer.status_code >= 400
+    assert (body["code"], body["error_class"], body["retryable"]) == (code, "source", False)
+
+
+def test_a_feed_over_max_bytes_is_refused_without_reading_it_all(rss_plugin, feeds):
+    # decisions-part2 rss: plugin configuration max_bytes bounds the fetch
+    feeds.overrides["/feeds/huge.rss"] = (FEEDS / "harbour.rss").read_bytes().replace(
+        b"<ttl>60</ttl>", b"<ttl>60</ttl>" + b"<!-- padding -->" * 200_000)  # about 3 MiB
+    try:
+        answer = call(rss_plugin, "fetch", f"{feeds.base_url}/feeds/huge.rss",
+                      configuration={**ALLOW, "max_bytes": 1_048_576})
+        assert answer.json()["code"] == "feed_too_large" and answer.json()["error_class"] == "source"
+        page = fetch(rss_plugin, f"{feeds.base_url}/feeds/huge.rss")  # within the default 10 MiB
+        assert len(page["items"]) == 3
+    finally:
+        del feeds.overrides["/feeds/huge.rss"]
 
 
 def test_basic_and_bearer_credentials_and_check_credential(rss_plugin, feeds):

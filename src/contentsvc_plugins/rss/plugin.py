@@ -139,6 +139,14 @@ class Feed:
     version: str
     entries: list[Entry]
     ttl_minutes: int | None
+    warning: str | None = None  # an encoding the parser had to correct, shown in the run's diagnostics
+
+
+# feedparser's "bozo" flags both broken XML and a charset it had to correct (the HTTP header and the
+# document disagreeing, a wrong content type): the second kind still parses to the right text, so it
+# is a warning; anything else means the document is not well-formed, and guessing at the items of a
+# broken document could publish a truncated item as if it were whole.
+ENCODING_WARNINGS = (feedparser.CharacterEncodingOverride, feedparser.NonXMLContentType)
 
 
 def _rfc3339(parsed: time.struct_time | None) -> str | None:
@@ -167,6 +175,9 @@ def parse_feed(answer: FeedAnswer) -> Feed:
                                                             "content-location": answer.url})
     if not parsed.get("version") and not parsed.entries:
         raise source_error("invalid_feed", "the answer is not an RSS, Atom or JSON feed")
+    problem = parsed.get("bozo_exception") if parsed.get("bozo") else None
+    if problem is not None and not isinstance(problem, ENCODING_WARNINGS):
+        raise source_error("malformed_feed", f"the feed is not well-formed XML: {str(problem)[:200]}")
     entries = []
     for raw in parsed.entries:
         contents = raw.get("content") or []
@@ -175,7 +186,8 @@ def parse_feed(answer: FeedAnswer) -> Feed:
                              published=_rfc3339(raw.get("published_parsed")),
                              updated=_rfc3339(raw.get("updated_parsed"))))
     ttl = parsed.feed.get("ttl")
-    return Feed(parsed.version or "unknown", entries, int(ttl) if isinstance(ttl, str) and ttl.isdigit() else None)
+    return Feed(parsed.version or "unknown", entries, int(ttl) if isinstance(ttl, str) and ttl.isdigit() else None,
+                type(problem).__name__ if problem is not None else None)
 
 
 def _parse_json_feed(body: bytes) -> Feed:
@@ -302,7 +314,8 @@ def fetch(request: dict) -> dict:
     next_checkpoint["seen"] = _latest(seen, next_checkpoint)
     return {"items": items, "checkpoint": next_checkpoint, "more": False, "reads": 1,
             "diagnostics": {"http_status": 200, "feed_version": feed.version, "entries": len(feed.entries),
-                            "sent": len(items), "without_text": skipped_empty, "truncated": truncated}}
+                            "sent": len(items), "without_text": skipped_empty, "truncated": truncated,
+                            **({"encoding_warning": feed.warning} if feed.warning else {})}}
 
 
 def _ttl_pending(checkpoint: dict, now: datetime) -> bool:

@@ -55,4 +55,5 @@ def test_public_kinds_are_the_public_payloads():
                                "operation.changed", "match.created", "match.withdrawn", "delivery.changed",
                                "saved_query.updated", "saved_query.deleted",
                                "saved_query.renamed", "subscription.updated", "subscription.deleted",
-                               "subscription.renamed"}
+                               "subscription.renamed", "connector.created", "connector.changed",
+                               "connector.run.changed"}

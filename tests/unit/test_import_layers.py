@@ -63,7 +63,12 @@ SLICE_PARTS = {"routes": "api", "commands": "commands", "workers": "projectors",
                # each Match with its Delivery through the Delivery writer), the pure batching and
                # answer checks, the match.* payloads, the Match routes.
                "monitor": "projectors", "matches": "search", "batches": "domain",
-               "match_events": "slice_events", "match_routes": "api"}
+               "match_events": "slice_events", "match_routes": "api",
+               # The connectors slice: the catalog of served kinds (above the plugins slice's plan reads),
+               # the credential sealing (key reads), the pure health rules and page checks; its worker
+               # accepts each page's items through the ingest command path, so it sits above the commands.
+               "kinds": "search", "credentials": "readmodel", "health": "domain", "pages": "domain",
+               "worker": "processes"}
 
 # The domain computes; it never reaches a database, a network, an index or a server.
 DOMAIN_FORBIDDEN = ("psycopg", "psycopg_pool", "httpx", "tantivy", "hnswlib", "litestar", "uvicorn", "os",

@@ -29,6 +29,9 @@ ORGANIZATION_ACTIONS = (
     "search:query",
     "monitoring:read",
     "monitoring:write",
+    "connectors:read",
+    "connectors:write",
+    "connector:push",
     "observability:read",
 )
 OPERATOR_ACTIONS = ("plugins:admin",)

@@ -74,6 +74,15 @@ async def accept_source_commands(
     Entries that are already errors pass through; each other entry is
     checked on its own and becomes an Accepted receipt or an ApiError.
     """
+    async with journal_transaction(conn):
+        return await accept_in_transaction(conn, p, commands, family)
+
+
+async def accept_in_transaction(
+    conn: AsyncConnection, p: Principal, commands: list[SourceCommand | ApiError], family: str
+) -> list[Accepted | ApiError]:
+    """accept_source_commands inside the caller's journal transaction: a connector page commits
+    its Receipts with its checkpoint (decisions-part2 "Runs")."""
     results: list[Accepted | ApiError | None] = [c if isinstance(c, ApiError) else None for c in commands]
     live = [(i, c) for i, c in enumerate(commands) if not isinstance(c, ApiError)]
     routed = await routed_media_types(conn, [c for _, c in live if isinstance(c, IngestCommand)])
@@ -89,67 +98,66 @@ async def accept_source_commands(
     if not live:
         return results  # type: ignore[return-value]
 
-    async with journal_transaction(conn):
-        known = await existing_corpora(conn, p.org_id, sorted({c.source.corpus_id for _, c in live}))
-        for i, cmd in live:
-            if cmd.source.corpus_id not in known:
-                results[i] = not_found("corpus")
-        live = [(i, c) for i, c in live if results[i] is None]
+    known = await existing_corpora(conn, p.org_id, sorted({c.source.corpus_id for _, c in live}))
+    for i, cmd in live:
+        if cmd.source.corpus_id not in known:
+            results[i] = not_found("corpus")
+    live = [(i, c) for i, c in live if results[i] is None]
 
-        # Every referenced Blob must be a verified Blob of the caller's Organization (part 1 rule 7).
-        references = {i: blob_references(c) for i, c in live if isinstance(c, IngestCommand)}
-        wanted = sorted({b.blob_id for refs in references.values() for _, b in refs})
-        verified = await verified_blobs(conn, p.org_id, wanted) if wanted else {}
-        for i, refs in references.items():
-            missing = next((pointer for pointer, b in refs if b.blob_id not in verified), None)
-            if missing is not None:
-                results[i] = unverified_blob(f"{missing}/blob_id")
-        live = [(i, c) for i, c in live if results[i] is None]
+    # Every referenced Blob must be a verified Blob of the caller's Organization (part 1 rule 7).
+    references = {i: blob_references(c) for i, c in live if isinstance(c, IngestCommand)}
+    wanted = sorted({b.blob_id for refs in references.values() for _, b in refs})
+    verified = await verified_blobs(conn, p.org_id, wanted) if wanted else {}
+    for i, refs in references.items():
+        missing = next((pointer for pointer, b in refs if b.blob_id not in verified), None)
+        if missing is not None:
+            results[i] = unverified_blob(f"{missing}/blob_id")
+    live = [(i, c) for i, c in live if results[i] is None]
 
-        # Two entries of one request with the same key: the later replays or conflicts.
-        first_by_key: dict[str, tuple[int, bytes]] = {}
-        claims: list[idempotency.Claim] = []
-        planned: dict[int, str] = {}
-        same_request_later: list[tuple[int, int]] = []
-        for i, cmd in live:
-            digest = request_digest(cmd)
-            if cmd.idempotency_key in first_by_key:
-                j, first_digest = first_by_key[cmd.idempotency_key]
-                if first_digest == digest:
-                    same_request_later.append((i, j))
-                else:
-                    results[i] = idempotency.conflict()
-                continue
-            first_by_key[cmd.idempotency_key] = (i, digest)
-            receipt_id = new_id("rcp")
-            planned[i] = receipt_id
-            claims.append(idempotency.Claim(cmd.idempotency_key, digest, 202, "receipt", receipt_id))
-
-        priors = await idempotency.claim(conn, p.org_id, family, claims)
-        accepted_at = utc_now()
-        new_events: list[NewEvent] = []
-        for i, cmd in live:
-            if i not in planned:
-                continue
-            prior = priors.get(cmd.idempotency_key)
-            if isinstance(prior, ApiError):
-                results[i] = prior
-            elif prior is not None:
-                results[i] = Accepted(prior.resource_id, replayed=True)
+    # Two entries of one request with the same key: the later replays or conflicts.
+    first_by_key: dict[str, tuple[int, bytes]] = {}
+    claims: list[idempotency.Claim] = []
+    planned: dict[int, str] = {}
+    same_request_later: list[tuple[int, int]] = []
+    for i, cmd in live:
+        digest = request_digest(cmd)
+        if cmd.idempotency_key in first_by_key:
+            j, first_digest = first_by_key[cmd.idempotency_key]
+            if first_digest == digest:
+                same_request_later.append((i, j))
             else:
-                receipt_id = planned[i]
-                if isinstance(cmd, IngestCommand):
-                    blobs = {b.blob_id: verified[b.blob_id] for _, b in references[i]}
-                    new_events.append(ingest_accepted(p.org_id, cmd, receipt_id, accepted_at, blobs))
-                else:
-                    new_events.append(withdrawal_accepted(p.org_id, cmd, receipt_id, accepted_at))
-                results[i] = Accepted(receipt_id, replayed=False)
-        for i, j in same_request_later:
-            first = results[j]
-            results[i] = Accepted(first.receipt_id, replayed=True) if isinstance(first, Accepted) else first
-        if new_events:
-            await fold(conn, new_events)  # the pending Receipts, readable at once
-            await append(conn, new_events)
+                results[i] = idempotency.conflict()
+            continue
+        first_by_key[cmd.idempotency_key] = (i, digest)
+        receipt_id = new_id("rcp")
+        planned[i] = receipt_id
+        claims.append(idempotency.Claim(cmd.idempotency_key, digest, 202, "receipt", receipt_id))
+
+    priors = await idempotency.claim(conn, p.org_id, family, claims)
+    accepted_at = utc_now()
+    new_events: list[NewEvent] = []
+    for i, cmd in live:
+        if i not in planned:
+            continue
+        prior = priors.get(cmd.idempotency_key)
+        if isinstance(prior, ApiError):
+            results[i] = prior
+        elif prior is not None:
+            results[i] = Accepted(prior.resource_id, replayed=True)
+        else:
+            receipt_id = planned[i]
+            if isinstance(cmd, IngestCommand):
+                blobs = {b.blob_id: verified[b.blob_id] for _, b in references[i]}
+                new_events.append(ingest_accepted(p.org_id, cmd, receipt_id, accepted_at, blobs))
+            else:
+                new_events.append(withdrawal_accepted(p.org_id, cmd, receipt_id, accepted_at))
+            results[i] = Accepted(receipt_id, replayed=False)
+    for i, j in same_request_later:
+        first = results[j]
+        results[i] = Accepted(first.receipt_id, replayed=True) if isinstance(first, Accepted) else first
+    if new_events:
+        await fold(conn, new_events)  # the pending Receipts, readable at once
+        await append(conn, new_events)
     return results  # type: ignore[return-value]
 
 

@@ -10,14 +10,12 @@ and renamed, and never logged.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 from pathlib import Path, PurePosixPath
 
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from contentsvc.config import Settings
+from contentsvc.storage import sealed
 
 TOKEN_FILE = "token.json"
 
@@ -42,24 +40,11 @@ def write_fixtures(home: Path, registration_id: str, files: list[tuple[str, byte
     return folder
 
 
-def _keys(settings: Settings) -> tuple[str | None, dict[str, bytes]]:
-    connectors = settings.connectors
-    keys = {key_id: base64.b64decode(key) for key_id, key in connectors.retired_credential_keys.items()}
-    if connectors.credential_key:
-        keys[connectors.credential_key_id] = base64.b64decode(connectors.credential_key)
-        return connectors.credential_key_id, keys
-    return None, keys
-
-
 def write_token(settings: Settings, registration_id: str, token: str) -> None:
-    key_id, keys = _keys(settings)
-    if key_id is None:
-        stored = {"plain": token}
+    if sealed.can_seal(settings):
+        stored = sealed.seal(settings, token.encode(), _associated(registration_id))
     else:
-        nonce = os.urandom(12)
-        ciphertext = AESGCM(keys[key_id]).encrypt(nonce, token.encode(), _associated(registration_id))
-        stored = {"key_id": key_id, "nonce": base64.b64encode(nonce).decode(),
-                  "ciphertext": base64.b64encode(ciphertext).decode()}
+        stored = {"plain": token}
     target = registration_folder(settings.home, registration_id) / TOKEN_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
     _write_atomically(target, json.dumps(stored).encode(), 0o600)
@@ -74,14 +59,9 @@ def read_token(settings: Settings, registration_id: str) -> str | None:
         return None
     if "plain" in stored:
         return stored["plain"]
-    _, keys = _keys(settings)
-    key = keys.get(stored.get("key_id"))
-    if key is None:
-        return None
     try:
-        return AESGCM(key).decrypt(base64.b64decode(stored["nonce"]), base64.b64decode(stored["ciphertext"]),
-                                   _associated(registration_id)).decode()
-    except Exception:  # a wrong key or a damaged file: no usable token
+        return sealed.unseal(settings, stored, _associated(registration_id)).decode()
+    except sealed.Unreadable:  # a wrong key or a damaged file: no usable token
         return None
 
 

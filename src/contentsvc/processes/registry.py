@@ -52,6 +52,7 @@ PROCESSES: tuple[ProcessKind, ...] = (
     ProcessKind("plugins", WORKER, "contentsvc.plugins.workers:PluginsWorker"),
     ProcessKind("monitor", WORKER, "contentsvc.monitoring.monitor:MonitorWorker"),
     ProcessKind("deliveries", WORKER, "contentsvc.monitoring.deliverer:DeliveriesWorker"),
+    ProcessKind("connectors", WORKER, "contentsvc.connectors.worker:ConnectorsWorker"),
 )
 
 

@@ -1,0 +1,110 @@
+"""Which connector kinds a deployment serves, and what each declares (part 2 "Connector kind
+description (catalog)"; decisions-part2 "Create, read, list", "Built-in `fixture` kind").
+
+The catalog is the `connector:<kind>` roles of the active plan, each described by its plugin's
+manifest, plus the built-in `fixture` kind when `[connectors] fixture_enabled`. `mailbox` is
+reserved and any other kind is 422 unsupported_connector_kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from psycopg import AsyncConnection
+
+from contentsvc.config import Settings
+from contentsvc.domain.errors import ApiError
+from contentsvc.plugins import registry
+from contentsvc.plugins.manifest import ConnectorKind
+from contentsvc.plugins.plans import Provider, load_provider
+
+FIXTURE = "fixture"
+ROLE_PREFIX = "connector:"
+
+_ITEM = {"type": "object", "additionalProperties": False, "required": ["record_key", "revision", "text"],
+         "properties": {"record_key": {"type": "string", "minLength": 1, "maxLength": 1024},
+                        "revision": {"type": "string", "minLength": 1, "maxLength": 256},
+                        "text": {"type": "string", "minLength": 1},
+                        "title": {"type": "string", "minLength": 1},
+                        "withdraw": {"type": "boolean"}}}
+
+# The built-in test kind, described as a plugin manifest would describe it.
+FIXTURE_KIND = msgspec.convert({
+    "kind": FIXTURE,
+    "description": "Built-in test connector: serves the items of its own configuration, in pages.",
+    "config_schema": {
+        "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "Fixture items",
+        "type": "object", "additionalProperties": False, "required": ["items"],
+        "properties": {
+            "items": {"type": "array", "maxItems": 1000, "items": _ITEM},
+            "page_size": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+            "error": {"type": "object", "additionalProperties": False, "required": ["error_class", "code"],
+                      "properties": {"error_class": {"enum": ["access", "transient", "source"]},
+                                     "code": {"type": "string", "minLength": 1, "maxLength": 64}}}}},
+    "credential": "optional",
+    "credential_schema": {"type": "object", "additionalProperties": False, "required": ["token"],
+                          "properties": {"token": {"type": "string", "minLength": 1, "writeOnly": True}}},
+    "default_interval_seconds": 300,
+    "max_items": 1000,
+    "push": {"relay": True, "routes": [
+        {"name": "ingest", "path": "ingest", "methods": ["POST"], "auth": "instance_token",
+         "request_schema": {"type": "object", "required": ["items"], "properties": {"items": {"type": "array"}}}},
+        {"name": "ingest_key", "path": "ingest_key", "methods": ["POST"], "auth": "service_key",
+         "request_schema": {"type": "object", "required": ["items"], "properties": {"items": {"type": "array"}}}},
+        {"name": "signed", "path": "signed", "methods": ["POST"], "auth": "signature",
+         "signature_header": "x-fixture-signature", "timestamp_header": "x-fixture-timestamp", "window_seconds": 300,
+         "request_schema": {"type": "object", "required": ["items"], "properties": {"items": {"type": "array"}}}}]},
+}, ConnectorKind)
+
+
+@dataclass(frozen=True)
+class ServedKind:
+    description: ConnectorKind
+    provider: Provider | None  # None: served by the core (the fixture kind)
+
+    @property
+    def kind(self) -> str:
+        return self.description.kind
+
+    @property
+    def plugin_id(self) -> str | None:
+        return None if self.provider is None else self.provider.plugin_id
+
+    def catalog_entry(self) -> dict[str, Any]:
+        d = self.description
+        title = d.config_schema.get("title") if isinstance(d.config_schema, dict) else None
+        entry = {"kind": d.kind, "title": title or d.kind, "description": d.description,
+                 "config_schema": d.config_schema, "credential": d.credential,
+                 "default_interval_seconds": d.default_interval_seconds}
+        if d.credential_schema is not None:
+            entry["credential_schema"] = d.credential_schema
+        return entry
+
+
+async def served_kinds(conn: AsyncConnection, settings: Settings) -> dict[str, ServedKind]:
+    """Every kind new Connectors may use now, by name, sorted."""
+    served: dict[str, ServedKind] = {}
+    if settings.connectors.fixture_enabled:
+        served[FIXTURE] = ServedKind(FIXTURE_KIND, None)
+    plan = await registry.active_plan(conn)
+    for role in (plan.roles if plan else []):
+        if not role.role.startswith(ROLE_PREFIX):
+            continue
+        provider = await load_provider(conn, settings, role.registration_id)
+        contribution = provider.manifest.contributions.connector if provider else None
+        name = role.role.removeprefix(ROLE_PREFIX)
+        description = next((k for k in (contribution.kinds if contribution else []) if k.kind == name), None)
+        if description is not None:
+            served[name] = ServedKind(description, provider)
+    return dict(sorted(served.items()))
+
+
+async def served_kind(conn: AsyncConnection, settings: Settings, kind: str) -> ServedKind:
+    """The kind, or 422 unsupported_connector_kind (`/kind`)."""
+    found = (await served_kinds(conn, settings)).get(kind)
+    if found is None:
+        raise ApiError(422, "unsupported_connector_kind", f"No connector kind {kind!r} is served here.",
+                       field="/kind")
+    return found

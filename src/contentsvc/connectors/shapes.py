@@ -1,0 +1,129 @@
+"""Request and response bodies of the connector routes (part 2 "Connector", "Credential
+bodies", "Connector management"; decisions-part2 "Connectors")."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from msgspec import Meta
+
+from contentsvc.domain.models import Input, NonEmpty, Output
+
+Namespace = Annotated[str, Meta(min_length=1, max_length=200)]
+PAGE_DEFAULT, PAGE_MAX = 20, 100
+
+
+class Schedule(Input, kw_only=True):
+    interval_seconds: int
+
+
+class HealthPolicy(Input, kw_only=True):
+    silent_after_seconds: int | None = None
+    credential_warning_seconds: int | None = None
+
+
+class PushPolicy(Input, kw_only=True):
+    allowed_cidrs: list[str] | None = None
+    rate_per_second: float | None = None
+    burst: int | None = None
+
+
+class CredentialDeposit(Input, kw_only=True):
+    secret: dict[str, Any]
+    expires_at: datetime | None = None
+
+
+class CredentialReplace(Input, kw_only=True):
+    idempotency_key: NonEmpty
+    secret: dict[str, Any]
+    expires_at: datetime | None = None
+
+
+class ConnectorCreate(Input, kw_only=True):
+    idempotency_key: NonEmpty
+    corpus_id: NonEmpty
+    source_namespace: Namespace
+    kind: NonEmpty
+    config: dict[str, Any]
+    schedule: Schedule | None = None
+    health_policy: HealthPolicy | None = None
+    credential: CredentialDeposit | None = None
+    push_policy: PushPolicy | None = None
+
+
+class RunRequest(Input, kw_only=True):
+    idempotency_key: NonEmpty
+
+
+class CredentialMetadata(Output, kw_only=True):
+    version: int
+    deposited_at: str
+    expires_at: str | None = None
+
+
+class Connector(Output, kw_only=True):
+    connector_id: str
+    corpus_id: str
+    source_namespace: str
+    kind: str
+    config: dict[str, Any]
+    schedule: dict[str, int]
+    health_policy: dict[str, int]
+    enabled: bool
+    created_at: str
+    health: dict[str, Any]
+    disabled_at: str | None = None
+    credential: CredentialMetadata | None = None
+    webhook_url: str | None = None
+    next_run_at: str | None = None
+    push_policy: dict[str, Any] | None = None
+    push_counters: dict[str, Any] | None = None
+
+
+class ConnectorPage(Output, kw_only=True):
+    items: list[Connector]
+    next_page_cursor: str | None = None
+
+
+class ConnectorKindDescription(Output, kw_only=True):
+    kind: str
+    title: str
+    description: str
+    config_schema: dict[str, Any]
+    credential: Literal["none", "optional", "required"]
+    default_interval_seconds: int
+    credential_schema: dict[str, Any] | None = None
+
+
+class ConnectorKinds(Output, kw_only=True):
+    items: list[ConnectorKindDescription]
+    credential_deposits: bool
+
+
+class Run(Output, kw_only=True):
+    run_id: str
+    connector_id: str
+    trigger: Literal["schedule", "request"]
+    state: Literal["queued", "running", "succeeded", "failed", "skipped"]
+    pages: int
+    items_seen: int
+    receipts_created: int
+    items_rejected: int
+    run_at: str
+    plan_id: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    error: dict[str, Any] | None = None
+    notice: str | None = None
+
+
+class RunPage(Output, kw_only=True):
+    items: list[Run]
+    next_page_cursor: str | None = None
+
+
+class RunAccepted(Output, kw_only=True):
+    connector_id: str
+    run_id: str
+    run_at: str

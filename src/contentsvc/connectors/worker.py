@@ -1,0 +1,320 @@
+"""The `connectors` worker (decisions-part2 "Runs"; design.md "Part 2"): queues each enabled
+Connector's scheduled runs and carries out queued runs, page by page.
+
+A step first queues a `schedule` run for every Connector whose next scheduled start has come
+(missed slots collapse into one), then takes the oldest due queued run whose Connector has none
+running, marks it `running` with the plan it starts under, and carries it out:
+
+- each page is fetched with no transaction open (the plugin's `connector/fetch`, or the built-in
+  `fixture` kind), checked (connectors/pages.py), then committed in ONE transaction with its
+  Receipts (the normal ingestion path, keys `con:{connector_id}:{record_key}:{revision}`), the
+  new checkpoint, the counters and `connector.run.changed`. A crash before that commit repeats
+  the page on the next run from the old checkpoint; its items replay the same Receipts, so a
+  page is never skipped and no Version is made twice;
+- pages continue while the plugin says `more`, up to the kind's and the deployment's
+  `max_pages_per_run`; a Connector disabled meanwhile stops after the page in hand;
+- a failure (the plugin's error envelope with its `error_class` and code, the plugin unreachable
+  after 5 tries, an answer breaking the protocol) ends the run `failed` with the checkpoint
+  where the last committed page left it;
+- at the end, health is evaluated again (connectors/health.py) and `connector.changed` is
+  committed when its state moved.
+
+One run at a time in this process; a run left `running` by a killed worker is taken up again
+(its Connector's checkpoint is the last committed page's) when the worker starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import msgspec
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from contentsvc.auth.principal import Principal
+from contentsvc.commands.records import Accepted, accept_in_transaction
+from contentsvc.config import Settings
+from contentsvc.connectors import views
+from contentsvc.connectors.commands import changed_event, queue_run, run_event
+from contentsvc.connectors.credentials import open_credential
+from contentsvc.connectors.health import health_of, moved
+from contentsvc.connectors.kinds import FIXTURE, FIXTURE_KIND, ROLE_PREFIX, ServedKind
+from contentsvc.connectors.pages import Page, RunFailure, check_page, fixture_fetch, item_command
+from contentsvc.domain.clock import iso
+from contentsvc.domain.errors import ApiError
+from contentsvc.domain.models import IngestCommand
+from contentsvc.ids import new_id
+from contentsvc.journal.store import append
+from contentsvc.journal.store import transaction as journal_transaction
+from contentsvc.logging import get_logger
+from contentsvc.plugins.client import PluginClient, PluginFailed, PluginUnreachable, backoff_delay
+from contentsvc.plugins.plans import ActivePlan
+from contentsvc.projectors.base import Projector
+from contentsvc.storage import sealed
+
+log = get_logger("contentsvc.connectors")
+
+UNREACHABLE_TRIES = 5  # decisions-part2 "Runs": plugin_unavailable after 5 tries for an active plugin
+IDLE_POLL_SECONDS = 1.0
+BACKOFF_UNIT_SECONDS = 1.0
+PRODUCER = "contentsvc"  # the built-in kind's producer in provenance
+
+
+class ConnectorsWorker(Projector):
+    name = "connectors"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.plan = ActivePlan(settings)
+        self._clients: dict[str, PluginClient] = {}
+        self.backoff_unit = BACKOFF_UNIT_SECONDS
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "ConnectorsWorker":
+        return cls(settings)
+
+    def idle_poll_seconds(self) -> float | None:
+        return IDLE_POLL_SECONDS  # schedules come due with no commit to wake the worker
+
+    async def open(self, conn: AsyncConnection) -> None:
+        # A run a killed worker left running is queued again: its checkpoint is its last committed page's.
+        await conn.execute("UPDATE connector_runs SET state = 'queued' WHERE state = 'running'"
+                           " AND NOT EXISTS (SELECT 1 FROM connector_runs q WHERE q.connector_id ="
+                           " connector_runs.connector_id AND q.state = 'queued')")
+        await conn.execute("UPDATE connector_runs SET state = 'skipped', notice = 'run_in_progress',"
+                           " finished_at = now() WHERE state = 'running'")
+        await conn.commit()
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
+
+    async def step(self, conn: AsyncConnection) -> bool:
+        await self.plan.refresh_if_due(conn)
+        await conn.commit()
+        await self.queue_scheduled(conn)
+        run = await self.start_next(conn)
+        if run is None:
+            return False
+        await self.carry_out(conn, run)
+        return True
+
+    # ------------------------------------------------------------ scheduling
+
+    async def queue_scheduled(self, conn: AsyncConnection) -> int:
+        """A `schedule` run for each enabled Connector whose next scheduled start has come."""
+        async with journal_transaction(conn):
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute("SELECT *, now() AS now FROM connectors WHERE enabled AND next_run_at <= now()"
+                              " ORDER BY next_run_at LIMIT 100 FOR UPDATE SKIP LOCKED")
+            due = await cur.fetchall()
+            for row in due:
+                now, slot = row["now"], row["next_run_at"]
+                interval = timedelta(seconds=row["interval_seconds"])
+                missed = int((now - slot) / interval)  # missed slots collapse into this one
+                next_slot = slot + interval * (missed + 1)
+                await conn.execute("UPDATE connectors SET last_scheduled_start = %s, next_run_at = %s"
+                                   " WHERE connector_id = %s", (slot, next_slot, row["connector_id"]))
+                queued = await conn.execute("SELECT 1 FROM connector_runs WHERE connector_id = %s"
+                                            " AND state = 'queued'", (row["connector_id"],))
+                if await queued.fetchone() is None:
+                    await queue_run(conn, row, "schedule", now, now)
+        return len(due)
+
+    async def start_next(self, conn: AsyncConnection) -> dict[str, Any] | None:
+        async with journal_transaction(conn):
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                "SELECT r.*, now() AS now FROM connector_runs r WHERE r.state = 'queued' AND r.run_at <= now()"
+                " AND NOT EXISTS (SELECT 1 FROM connector_runs o WHERE o.connector_id = r.connector_id"
+                "                 AND o.state = 'running')"
+                " ORDER BY r.run_at, r.run_id LIMIT 1 FOR UPDATE SKIP LOCKED")
+            run = await cur.fetchone()
+            if run is None:
+                return None
+            now = run.pop("now")
+            run.update(state="running", started_at=now, plan_id=self.plan.plan_id)
+            await conn.execute("UPDATE connector_runs SET state = 'running', started_at = %s, plan_id = %s"
+                               " WHERE run_id = %s", (now, run["plan_id"], run["run_id"]))
+            await conn.execute("UPDATE connectors SET last_run_started_at = %s WHERE connector_id = %s",
+                               (now, run["connector_id"]))
+            await append(conn, [run_event(run, now)])
+        return run
+
+    # ------------------------------------------------------------ a run
+
+    def _served(self, connector: dict[str, Any]) -> ServedKind | None:
+        if connector["kind"] == FIXTURE:
+            return ServedKind(FIXTURE_KIND, None) if self.settings.connectors.fixture_enabled else None
+        provider = self.plan.provider(ROLE_PREFIX + connector["kind"])
+        if provider is None or provider.manifest.contributions.connector is None:
+            return None
+        description = next((k for k in provider.manifest.contributions.connector.kinds
+                            if k.kind == connector["kind"]), None)
+        return None if description is None else ServedKind(description, provider)
+
+    async def carry_out(self, conn: AsyncConnection, run: dict[str, Any]) -> None:
+        connector = await views.connector_row(conn, run["connector_id"])
+        await conn.commit()
+        served = self._served(connector)
+        outcome: dict[str, Any] = {"state": "succeeded"}
+        try:
+            if served is None:
+                raise RunFailure("plugin_unavailable", f"no plugin of the active plan serves kind {connector['kind']!r}")
+            credential = open_credential(self.settings, connector["connector_id"], connector["credential_version"],
+                                         connector["credential"])
+            max_pages = min(served.description.limits.max_pages_per_run, self.settings.connectors.max_pages_per_run)
+            checkpoint = connector["checkpoint"]
+            while True:
+                answer = await self.fetch(served, connector, credential, checkpoint, run["pages"])
+                page = check_page(answer, checkpoint, served.description.max_items,
+                                  served.description.limits.max_checkpoint_bytes)
+                if page.not_due:
+                    outcome = {"state": "skipped", "notice": "not_due"}
+                    break
+                connector = await self.commit_page(conn, served, connector, run, page)
+                checkpoint = page.checkpoint
+                if page.notice is not None:
+                    outcome["notice"] = page.notice
+                    break
+                if not connector["enabled"] or not page.more or run["pages"] >= max_pages:
+                    break
+        except RunFailure as failure:
+            outcome = {"state": "failed", "error": failure.error(), "retry_after": failure.retry_after_seconds}
+        except sealed.Unreadable:
+            outcome = {"state": "failed", "error": {"code": "credential_unreadable",
+                                                    "message": "no configured key opens the deposited credential"}}
+        await self.finish(conn, run, outcome)
+
+    async def fetch(self, served: ServedKind, connector: dict[str, Any], credential: dict | None,
+                    checkpoint: Any, page_in_run: int) -> Any:
+        if served.provider is None:
+            return fixture_fetch(connector["config"], checkpoint)
+        provider = served.provider
+        client = self._clients.get(provider.registration_id)
+        if client is None:
+            client = self._clients[provider.registration_id] = PluginClient(provider.target)
+        body = {"invocation_id": new_id("inv"), "contribution": "connector", "organization_id": connector["org_id"],
+                "configuration": provider.settings.configuration,
+                "connector": {"instance_id": connector["connector_id"], "kind": connector["kind"],
+                              "corpus_id": connector["corpus_id"], "source_namespace": connector["source_namespace"],
+                              "config": connector["config"]},
+                "credential": credential, "now": iso(datetime.now(timezone.utc).replace(microsecond=0)), "checkpoint": checkpoint,
+                "page_in_run": page_in_run, "reads_today": connector["reads_today"]}
+        base = self.settings.connectors.public_base_url
+        push = served.description.push
+        if base and push is not None and push.relay:
+            body["connector"]["webhook_url"] = f"{base}/v0/connector-webhooks/{connector['connector_id']}"
+        timeout = float(self.settings.connectors.fetch_timeout_seconds)
+        for attempt in range(UNREACHABLE_TRIES):
+            try:
+                return await client.invoke("connector/fetch", body, timeout)
+            except PluginFailed as exc:
+                if exc.retryable and exc.error_class == "transient" and attempt + 1 < UNREACHABLE_TRIES \
+                        and exc.retry_after_seconds is None:
+                    await asyncio.sleep(backoff_delay(attempt, self.backoff_unit))
+                    continue
+                raise RunFailure(exc.code, exc.message, exc.error_class, exc.retry_after_seconds) from None
+            except PluginUnreachable as exc:
+                if attempt + 1 == UNREACHABLE_TRIES:
+                    raise RunFailure("plugin_unavailable", str(exc)) from None
+                await asyncio.sleep(backoff_delay(attempt, self.backoff_unit))
+        raise AssertionError("unreachable")
+
+    async def commit_page(self, conn: AsyncConnection, served: ServedKind, connector: dict[str, Any],
+                          run: dict[str, Any], page: Page) -> dict[str, Any]:
+        """The page's Receipts, checkpoint, counters and run row in one transaction; the Connector
+        as it is after it (`enabled` false when disabled meanwhile)."""
+        producer = served.plugin_id or PRODUCER
+        version = served.provider.version if served.provider else None
+        commands: list[Any] = []
+        for n, item in enumerate(page.items):
+            try:
+                if n in page.rejected:
+                    raise msgspec.ValidationError("item shape")
+                commands.append(item_command(connector, producer, version, item))
+            except (msgspec.ValidationError, KeyError, TypeError):
+                commands.append(ApiError(422, "item_rejected", "the item breaks the fetch protocol"))
+        principal = Principal(key_id=f"connector:{connector['connector_id']}", org_id=connector["org_id"],
+                              actions=frozenset({"content:write"}), corpora=frozenset({connector["corpus_id"]}))
+        async with journal_transaction(conn):
+            current = await views.connector_row(conn, connector["connector_id"], lock=True)
+            results: list[Any] = [None] * len(commands)
+            for family, wanted in (("ingest", IngestCommand), ("withdrawal", None)):
+                picked = [i for i, c in enumerate(commands) if not isinstance(c, ApiError)
+                          and (isinstance(c, IngestCommand) if wanted else not isinstance(c, IngestCommand))]
+                if picked:
+                    accepted = await accept_in_transaction(conn, principal, [commands[i] for i in picked], family)
+                    for i, result in zip(picked, accepted):
+                        results[i] = result
+            for i, c in enumerate(commands):
+                if isinstance(c, ApiError):
+                    results[i] = c
+            created = sum(1 for r in results if isinstance(r, Accepted) and not r.replayed)
+            rejected = sum(1 for r in results if isinstance(r, ApiError))
+            now = (await (await conn.execute("SELECT now()")).fetchone())[0]
+            run["pages"] += 1
+            run["items_seen"] += len(page.items)
+            run["receipts_created"] += created
+            run["items_rejected"] += rejected
+            await conn.execute(
+                "UPDATE connector_runs SET pages = %s, items_seen = %s, receipts_created = %s, items_rejected = %s"
+                " WHERE run_id = %s", (run["pages"], run["items_seen"], run["receipts_created"], run["items_rejected"],
+                                       run["run_id"]))
+            same_day = current["usage_day"] == now.date()
+            health = dict(current["health"])
+            if page.diagnostics is not None:
+                health["diagnostics"] = page.diagnostics
+            if page.push is not None:
+                health["push"] = {k: v for k, v in page.push.items() if k in ("state", "error", "code", "message")}
+            await conn.execute(
+                "UPDATE connectors SET checkpoint = %s, last_item_at = CASE WHEN %s > 0 THEN %s ELSE last_item_at END,"
+                " usage_day = %s, items_read_previous_day = %s, items_read_today = %s, reads_today = %s,"
+                " health = %s WHERE connector_id = %s",
+                (Jsonb(page.checkpoint), created, now, now.date(),
+                 current["items_read_previous_day"] if same_day else (
+                     current["items_read_today"] if current["usage_day"] == now.date() - timedelta(days=1) else 0),
+                 (current["items_read_today"] if same_day else 0) + len(page.items),
+                 (current["reads_today"] if same_day else 0) + page.reads, Jsonb(health), connector["connector_id"]))
+            await append(conn, [run_event(run, now)])
+        log.info("connector_page", run_id=run["run_id"], connector_id=connector["connector_id"], page=run["pages"],
+                 items=len(page.items), receipts_created=created, items_rejected=rejected)
+        return dict(current, checkpoint=page.checkpoint)
+
+    async def finish(self, conn: AsyncConnection, run: dict[str, Any], outcome: dict[str, Any]) -> None:
+        async with journal_transaction(conn):
+            connector = await views.connector_row(conn, run["connector_id"], lock=True)
+            now = (await (await conn.execute("SELECT now()")).fetchone())[0]
+            run.update(state=outcome["state"], finished_at=now, error=outcome.get("error"),
+                       notice=outcome.get("notice"))
+            await conn.execute("UPDATE connector_runs SET state = %s, finished_at = %s, error = %s, notice = %s"
+                               " WHERE run_id = %s",
+                               (run["state"], now, None if run["error"] is None else Jsonb(run["error"]),
+                                run["notice"], run["run_id"]))
+            stored = dict(connector["health"])
+            if run["state"] == "succeeded":
+                connector["last_success_at"] = now
+                stored.pop("last_error_detail", None)
+            elif run["state"] == "failed":
+                stored["last_error_detail"] = {**run["error"], "at": iso(now)}
+            connector["health"] = stored
+            health = {**health_of(views.facts(connector), now),
+                      **({"last_error_detail": stored["last_error_detail"]} if "last_error_detail" in stored else {})}
+            retry_after = outcome.get("retry_after")
+            await conn.execute(
+                "UPDATE connectors SET health = %s, last_success_at = %s,"
+                " retry_after_until = CASE WHEN %s::int IS NULL THEN retry_after_until"
+                "                     ELSE %s + make_interval(secs => %s::int) END WHERE connector_id = %s",
+                (Jsonb(health), connector["last_success_at"], retry_after, now, retry_after, run["connector_id"]))
+            events = [run_event(run, now)]
+            if moved(stored, health):
+                connector["health"] = health
+                events.append(changed_event(connector, "health", now))
+            await append(conn, events)
+        log.info("connector_run", run_id=run["run_id"], connector_id=run["connector_id"], state=run["state"],
+                 pages=run["pages"], items_seen=run["items_seen"], receipts_created=run["receipts_created"],
+                 items_rejected=run["items_rejected"], error_code=(run["error"] or {}).get("code"))

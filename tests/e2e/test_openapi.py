@@ -39,6 +39,9 @@ CONTRACT_OPERATIONS = {
     "getDelivery", "listDeliveryAttempts",
     # part 2 "Evaluator migration (plugins:admin)" (its operation id is not shown there: docs/decisions.md)
     "migrateSubscriptionEvaluators",
+    # part 2 "Connector management"; the runs routes of decisions-part2 "Runs" (ids not shown: docs/decisions.md)
+    "createConnector", "listConnectors", "getConnector", "disableConnector", "replaceConnectorCredential",
+    "changeConnectorSchedule", "requestConnectorRun", "listConnectorKinds", "listConnectorRuns", "getConnectorRun",
 }
 NOT_DOCUMENTED = {"OPTIONS", "HEAD"}  # answered by Litestar itself
 
@@ -97,7 +100,7 @@ def test_every_operation_states_its_key_and_errors(doc):
                 if op.get("requestBody", {}).get("required") is False}
     # ActionRequest bodies may be empty (part 1; part 2 delete/disable/enable take ActionRequest)
     assert optional == {"cancelOperation", "resumeOperation", "confirmUpload", "deleteSavedQuery",
-                        "deleteSubscription", "disableSubscription", "enableSubscription"}
+                        "deleteSubscription", "disableSubscription", "enableSubscription", "disableConnector"}
 
 
 def _resolve(schema: dict, doc: dict) -> dict:
@@ -191,7 +194,8 @@ def test_a_body_valid_by_the_document_is_not_refused_as_invalid(doc, api):
         "rebuildCorpusProjection", "registerPlugin", "activatePlugin", "rollbackPlan",
         "createSavedQuery", "createSavedQueryVersion", "deleteSavedQuery", "renameSavedQuery", "createSubscription",
         "createSubscriptionVersion", "deleteSubscription", "disableSubscription", "enableSubscription",
-        "renameSubscription", "previewSubscription", "migrateSubscriptionEvaluators"])
+        "renameSubscription", "previewSubscription", "migrateSubscriptionEvaluators", "createConnector",
+        "disableConnector", "replaceConnectorCredential", "changeConnectorSchedule", "requestConnectorRun"])
 
 
 def test_a_body_breaking_the_document_is_refused_with_a_pointer(doc, api):
@@ -229,7 +233,7 @@ def test_query_parameters_are_held_to_their_documented_bounds(doc, api):
                 assert r.status_code == 422, (op["operationId"], name, beyond, r.text)
                 assert r.json()["code"] == "invalid_input" and r.json()["field"] == f"/{name}"
             checked.append((op["operationId"], name))
-    assert sorted(checked) == [("listCorpora", "limit"), ("listDeliveryAttempts", "limit"), ("listMatches", "limit"), ("listPlans", "limit"),
+    assert sorted(checked) == [("listConnectorRuns", "limit"), ("listConnectors", "limit"), ("listCorpora", "limit"), ("listDeliveryAttempts", "limit"), ("listMatches", "limit"), ("listPlans", "limit"),
                                ("listRecords", "limit"), ("listSubscriptions", "limit"), ("pollChanges", "limit")]
 
 

@@ -1,0 +1,240 @@
+"""Connectors end to end: `contentsvc run` with the first-party `rss` plugin pinned and launched,
+the built-in `fixture` kind enabled and a credential key, pulling real feed files from a loopback
+HTTP server the test controls (part 2 "Connector", "Connector management"; decisions-part2
+"Connectors")."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from contentsvc.processes.local_service import free_port
+
+from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, key_for, until
+from tests.e2e.conftest import changes, feed_start
+from tests.integration.feed_server import FEEDS, FeedServer
+
+RSS = Path(__file__).resolve().parents[2] / "src" / "contentsvc_plugins" / "rss"
+CREDENTIAL_KEY = base64.b64encode(os.urandom(32)).decode()
+HOUR = 3600
+
+
+@pytest.fixture(scope="module")
+def feeds():
+    server = FeedServer.on_fixture_port_or_any()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def deployment(databases, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("connectors")
+    (folder / "rss").mkdir()
+    shutil.copy(RSS / "contentsvc-plugin.json", folder / "rss")
+    config = folder / "contentsvc.toml"
+    config.write_text(
+        f'[plugins.rss]\nendpoint = "http://127.0.0.1:{free_port()}"\nversion = "0.1.0"\n'
+        f'manifest = "rss/contentsvc-plugin.json"\nlaunch = "rss"\n'
+        f'configuration = {{ allow_private_networks = true, timeout_seconds = 5 }}\n\n'
+        f'[connectors]\nfixture_enabled = true\ninterval_floor_seconds = 1\n'
+        f'credential_key = "{CREDENTIAL_KEY}"\npublic_base_url = "https://contentsvc.example"\n')
+    url = databases.create()
+    server = ServerProcess(url, folder, {"CONTENTSVC_CONFIG": str(config)})
+    yield server, url
+    server.stop()
+
+
+def client(deployment, org: str, actions: str = "*") -> httpx.Client:
+    server, url = deployment
+    return client_for(server, key_for(url, org, actions))
+
+
+def org() -> str:
+    return f"org_{uuid.uuid4().hex[:10]}"
+
+
+def create(c: httpx.Client, corpus_id: str, kind: str, config: dict, **extra) -> dict:
+    body = {"idempotency_key": uuid.uuid4().hex, "corpus_id": corpus_id, "source_namespace": extra.pop("ns", "feed"),
+            "kind": kind, "config": config, "schedule": {"interval_seconds": HOUR}, **extra}
+    r = c.post("/v0/connectors", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def finished_runs(c: httpx.Client, connector_id: str, count: int) -> list[dict]:
+    """The Connector's runs, newest first, once `count` of them have ended."""
+    def ended():
+        items = c.get(f"/v0/connectors/{connector_id}/runs").json()["items"]
+        done = [r for r in items if r["state"] in ("succeeded", "failed", "skipped")]
+        return items if len(done) >= count else None
+    return until(ended, f"{count} finished runs of {connector_id}", timeout=30)
+
+
+def request_run(c: httpx.Client, connector_id: str) -> dict:
+    r = c.post(f"/v0/connectors/{connector_id}/runs", json={"idempotency_key": uuid.uuid4().hex})
+    assert r.status_code == 202, r.text
+    return r.json()
+
+
+def hits(c: httpx.Client, query: str, corpus_id: str) -> list[dict]:
+    r = c.post("/v0/search", json={"query": query, "corpus_ids": [corpus_id], "mode": "lexical"})
+    assert r.status_code == 200, r.text
+    return r.json()["items"]
+
+
+def test_an_rss_feed_becomes_searchable_records_without_duplicates_across_runs(deployment, feeds):
+    # decisions-part2 "Runs": the first scheduled run at creation; each item one ingest with key
+    # con:{connector_id}:{record_key}:{revision}; the page's Receipts and checkpoint in one transaction;
+    # rss: conditional GET, an unchanged revision is not sent again, an edited item is a new Version.
+    owner = org()
+    c = client(deployment, owner)
+    corpus = create_corpus(c)
+    cursor = feed_start(c, corpus)
+    without = client(deployment, owner, actions="changes:read")  # no connectors:read
+    cursor_without = feed_start(without, corpus)
+    connector = create(c, corpus, "rss", {"url": f"{feeds.base_url}/feeds/harbour.rss"})
+    connector_id = connector["connector_id"]
+    assert connector["health"]["state"] == "active" and connector["schedule"] == {"interval_seconds": HOUR}
+    assert "webhook_url" not in connector  # rss declares no push
+
+    [first] = finished_runs(c, connector_id, 1)
+    assert (first["state"], first["trigger"], first["pages"], first["receipts_created"]) == \
+        ("succeeded", "schedule", 1, 3), first
+    until(lambda: hits(c, "crane", corpus) or None, "the feed's items searchable")
+
+    # Fetched again: a 304, nothing new.
+    request_run(c, connector_id)
+    second = finished_runs(c, connector_id, 2)[0]
+    assert (second["state"], second["trigger"], second["receipts_created"]) == ("succeeded", "request", 0)
+
+    # One item edited at the source: one new Version, of the same Record.
+    edited = (FEEDS / "harbour.rss").read_bytes().replace(b"Work resumes Monday.", b"Work resumes Tuesday.")
+    feeds.overrides["/feeds/harbour.rss"] = edited
+    try:
+        request_run(c, connector_id)
+        third = finished_runs(c, connector_id, 3)[0]
+    finally:
+        del feeds.overrides["/feeds/harbour.rss"]
+    assert (third["state"], third["receipts_created"]) == ("succeeded", 1), third
+    until(lambda: hits(c, "tuesday", corpus) or None, "the edited item searchable")
+
+    view = c.get(f"/v0/connectors/{connector_id}").json()
+    health = view["health"]
+    assert health["state"] == "active" and "last_success_at" in health and "last_item_at" in health
+    assert health["usage"]["items_read"] == 4  # 3, then 0 (304), then the one edited
+    assert health["diagnostics"]["feed_version"] == "rss20"
+    # decisions-part2 "Change-feed event kinds added": connector.* in the Connector's Corpus.
+    kinds = {e["kind"] for e in changes(c, corpus, cursor)[0]}
+    assert {"connector.created", "connector.run.changed"} <= kinds
+    # ... visible only with connectors:read besides changes:read.
+    assert not any(e["kind"].startswith("connector.") for e in changes(without, corpus, cursor_without)[0])
+
+
+def test_refusals_of_the_source_show_in_runs_and_health(deployment, feeds):
+    # decisions-part2 rss: 401/403 class access -> health access_error; 404 class source -> last_error only
+    c = client(deployment, org())
+    corpus = create_corpus(c)
+    refused = create(c, corpus, "rss", {"url": f"{feeds.base_url}/status/401"}, ns="refused")
+    missing = create(c, corpus, "rss", {"url": f"{feeds.base_url}/status/404"}, ns="missing")
+    [run] = finished_runs(c, refused["connector_id"], 1)
+    assert run["state"] == "failed" and run["error"]["code"] == "http_401" and run["error"]["error_class"] == "access"
+    assert c.get(f"/v0/connectors/{refused['connector_id']}").json()["health"]["state"] == "access_error"
+    [run] = finished_runs(c, missing["connector_id"], 1)
+    assert run["error"]["code"] == "http_404" and run["error"]["error_class"] == "source"
+    health = c.get(f"/v0/connectors/{missing['connector_id']}").json()["health"]
+    assert health["state"] == "active" and health["last_error"]["code"] == "http_404"
+
+
+def test_the_fixture_kind_reads_its_items_in_pages_and_withdraws(deployment):
+    # decisions-part2 "Built-in `fixture` kind": checkpoint {offset}, pages of page_size while more
+    c = client(deployment, org())
+    corpus = create_corpus(c)
+    items = [{"record_key": f"k{n}", "revision": "1", "text": f"lighthouse keeper number {n}"} for n in range(5)]
+    connector = create(c, corpus, "fixture", {"items": items, "page_size": 2})
+    [run] = finished_runs(c, connector["connector_id"], 1)
+    assert (run["state"], run["pages"], run["items_seen"], run["receipts_created"]) == ("succeeded", 3, 5, 5)
+    until(lambda: len(hits(c, "lighthouse", corpus)) == 5 or None, "five fixture items searchable")
+
+
+def test_management_answers_and_refusals(deployment, feeds):
+    # decisions-part2 "Create, read, list" refusals in order, "Commands on a Connector", "Credentials"
+    c = client(deployment, org())
+    corpus = create_corpus(c)
+    url = f"{feeds.base_url}/feeds/harbour.atom"
+    base = {"corpus_id": corpus, "source_namespace": "news", "kind": "rss", "config": {"url": url}}
+
+    def post(**body):
+        return c.post("/v0/connectors", json={"idempotency_key": uuid.uuid4().hex, **base, **body})
+
+    assert_error(post(kind="mailbox"), 422, "unsupported_connector_kind")["field"] == "/kind"
+    assert assert_error(post(config={}), 422, "invalid_config")["field"] == "/config"
+    assert assert_error(post(config={"url": 5}), 422, "invalid_config")["field"] == "/config/url"
+    assert assert_error(post(credential={"secret": {"token": 7}}), 422,
+                        "invalid_config")["field"].startswith("/credential/secret")
+    assert assert_error(post(schedule={"interval_seconds": 90000}), 422,
+                        "invalid_interval")["field"] == "/schedule/interval_seconds"
+    assert assert_error(post(push_policy={}), 422, "invalid_config")["field"] == "/push_policy"
+    assert assert_error(post(corpus_id="absent-corpus"), 404, "not_found")
+
+    key = uuid.uuid4().hex
+    body = {"idempotency_key": key, **base, "schedule": {"interval_seconds": HOUR},
+            "credential": {"secret": {"token": "s3cret-token-value"}, "expires_at": "2099-01-01T00:00:00Z"}}
+    created = c.post("/v0/connectors", json=body)
+    assert created.status_code == 201 and created.headers["location"].endswith(created.json()["connector_id"])
+    connector = created.json()
+    connector_id = connector["connector_id"]
+    assert connector["credential"]["version"] == 1 and "secret" not in connector["credential"]
+    assert "s3cret-token-value" not in created.text
+    replay = c.post("/v0/connectors", json=body)
+    assert replay.status_code == 200 and replay.json()["connector_id"] == connector_id
+    assert_error(c.post("/v0/connectors", json={**body, "source_namespace": "other"}), 409, "idempotency_conflict")
+    assert_error(post(), 409, "namespace_in_use")
+
+    # Another Organization sees nothing of it.
+    stranger = client(deployment, org())
+    assert_error(stranger.get(f"/v0/connectors/{connector_id}"), 404, "not_found")
+    assert stranger.get("/v0/connectors").json()["items"] == []
+
+    # Credential rotation: version + 1, a replay answers the same.
+    rotate = {"idempotency_key": uuid.uuid4().hex, "secret": {"token": "another-secret"}}
+    r = c.put(f"/v0/connectors/{connector_id}/credential", json=rotate)
+    assert r.status_code == 200 and r.json()["credential"]["version"] == 2 and "another-secret" not in r.text
+    assert c.put(f"/v0/connectors/{connector_id}/credential", json=rotate).json()["credential"]["version"] == 2
+
+    r = c.put(f"/v0/connectors/{connector_id}/schedule", json={"interval_seconds": 600})
+    assert r.status_code == 200 and r.json()["schedule"] == {"interval_seconds": 600}
+    assert assert_error(c.put(f"/v0/connectors/{connector_id}/schedule", json={"interval_seconds": 0}), 422,
+                        "invalid_interval")["field"] == "/interval_seconds"
+
+    listed = c.get("/v0/connectors", params={"kind": "rss", "limit": 1}).json()
+    assert [i["connector_id"] for i in listed["items"]] == [connector_id]
+    assert c.get("/v0/connectors", params={"enabled": "false"}).json()["items"] == []
+
+    kinds = c.get("/v0/connector-kinds").json()
+    assert kinds["credential_deposits"] is True
+    assert [k["kind"] for k in kinds["items"]] == ["fixture", "rss"]
+    fixture = create(c, corpus, "fixture", {"items": []}, ns="fixture")
+    assert fixture["webhook_url"] == f"https://contentsvc.example/v0/connector-webhooks/{fixture['connector_id']}"
+    assert fixture["push_policy"] == {"rate_per_second": 10.0, "burst": 20}
+
+    # Disable is final: health disabled, no next run, commands 409, a repeat 200.
+    r = c.post(f"/v0/connectors/{connector_id}/disable", json={})
+    assert r.status_code == 200 and r.json()["enabled"] is False and r.json()["health"]["state"] == "disabled"
+    assert "disabled_at" in r.json() and "next_run_at" not in r.json()
+    assert c.post(f"/v0/connectors/{connector_id}/disable", json={}).status_code == 200
+    assert_error(c.post(f"/v0/connectors/{connector_id}/runs", json={"idempotency_key": "k"}), 409,
+                 "connector_disabled")
+    assert_error(c.put(f"/v0/connectors/{connector_id}/schedule", json={"interval_seconds": 60}), 409,
+                 "connector_disabled")
+    assert c.get("/v0/connectors", params={"enabled": "false"}).json()["items"][0]["connector_id"] == connector_id
+    assert post().status_code == 201  # the namespace is free again
+
+    # Reads need connectors:read, writes connectors:write.
+    reader = client(deployment, org(), actions="corpora:read")
+    assert_error(reader.get("/v0/connectors"), 403, "forbidden")

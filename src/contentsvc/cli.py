@@ -269,6 +269,12 @@ def cmd_gc(args, settings: Settings) -> int:
     return run_gc(_database_url(settings), settings, dry_run=args.dry_run)
 
 
+def cmd_credentials(args, settings: Settings) -> int:
+    from contentsvc.operator.credentials import rewrap
+
+    return rewrap(_database_url(settings), settings)
+
+
 def cmd_keys(args, settings: Settings) -> int:
     from contentsvc.auth import keys
     from contentsvc.storage import embedded
@@ -422,6 +428,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="delete retired index generations past their grace and Blobs nothing references")
     p.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
     p.set_defaults(func=cmd_gc)
+
+    p = sub.add_parser("credentials", help="operator: deposited connector credentials")
+    csub = p.add_subparsers(dest="action", required=True)
+    csub.add_parser("rewrap", parents=[configured],
+                    help="seal every connector credential again under the current credential_key")
+    p.set_defaults(func=cmd_credentials)
 
     p = sub.add_parser("keys", help="operator: API keys")
     ksub = p.add_subparsers(dest="action", required=True)

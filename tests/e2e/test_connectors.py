@@ -20,7 +20,7 @@ from tests.conftest import ServerProcess, assert_error, client_for, create_corpu
 from tests.e2e.conftest import changes, feed_start
 from tests.integration.feed_server import FEEDS, FeedServer
 
-RSS = Path(__file__).resolve().parents[2] / "src" / "contentsvc_plugins" / "rss"
+PLUGINS = Path(__file__).resolve().parents[2] / "src" / "contentsvc_plugins"
 CREDENTIAL_KEY = base64.b64encode(os.urandom(32)).decode()
 HOUR = 3600
 
@@ -35,13 +35,17 @@ def feeds():
 @pytest.fixture(scope="module")
 def deployment(databases, tmp_path_factory):
     folder = tmp_path_factory.mktemp("connectors")
-    (folder / "rss").mkdir()
-    shutil.copy(RSS / "contentsvc-plugin.json", folder / "rss")
+    for name in ("rss", "social_list"):
+        (folder / name).mkdir()
+        shutil.copy(PLUGINS / name / "contentsvc-plugin.json", folder / name)
     config = folder / "contentsvc.toml"
     config.write_text(
         f'[plugins.rss]\nendpoint = "http://127.0.0.1:{free_port()}"\nversion = "0.1.0"\n'
         f'manifest = "rss/contentsvc-plugin.json"\nlaunch = "rss"\n'
         f'configuration = {{ allow_private_networks = true, timeout_seconds = 5 }}\n\n'
+        f'[plugins.social_list]\nendpoint = "http://127.0.0.1:{free_port()}"\nversion = "0.1.0"\n'
+        f'manifest = "social_list/contentsvc-plugin.json"\nlaunch = "social_list"\n'
+        f'configuration = {{ timeout_seconds = 2 }}\n\n'
         f'[connectors]\nfixture_enabled = true\ninterval_floor_seconds = 1\n'
         f'credential_key = "{CREDENTIAL_KEY}"\npublic_base_url = "https://contentsvc.example"\n')
     url = databases.create()
@@ -218,7 +222,7 @@ def test_management_answers_and_refusals(deployment, feeds):
 
     kinds = c.get("/v0/connector-kinds").json()
     assert kinds["credential_deposits"] is True
-    assert [k["kind"] for k in kinds["items"]] == ["fixture", "rss"]
+    assert [k["kind"] for k in kinds["items"]] == ["fixture", "rss", "social_list"]
     fixture = create(c, corpus, "fixture", {"items": []}, ns="fixture")
     assert fixture["webhook_url"] == f"https://contentsvc.example/v0/connector-webhooks/{fixture['connector_id']}"
     assert fixture["push_policy"] == {"rate_per_second": 10.0, "burst": 20}
@@ -238,3 +242,158 @@ def test_management_answers_and_refusals(deployment, feeds):
     # Reads need connectors:read, writes connectors:write.
     reader = client(deployment, org(), actions="corpora:read")
     assert_error(reader.get("/v0/connectors"), 403, "forbidden")
+
+
+# ---------------------------------------------------------------- push routes and the relay
+
+
+def fixture_push(c: httpx.Client, corpus: str, ns: str, **extra) -> dict:
+    return create(c, corpus, "fixture", {"items": []}, ns=ns, credential={"secret": {"token": "fixture-token"}},
+                  **extra)
+
+
+def items(*keys: str) -> dict:
+    return {"items": [{"record_key": k, "revision": "1", "text": f"pushed notice {k}"} for k in keys]}
+
+
+def signed_headers(body: bytes, token: str = "fixture-token", at: int | None = None) -> dict:
+    import hashlib
+    import hmac
+    import time
+    return {"x-fixture-signature": hmac.new(token.encode(), body, hashlib.sha256).hexdigest(),
+            "x-fixture-timestamp": str(int(time.time()) if at is None else at), "content-type": "application/json"}
+
+
+def test_push_routes_guard_and_converge_on_receipts(deployment):
+    # part 2 "Declared push route" rules 2-12; decisions-part2 "Built-in `fixture` kind", "Instance tokens"
+    owner = org()
+    c = client(deployment, owner)
+    corpus = create_corpus(c)
+    connector = fixture_push(c, corpus, "pushed")
+    cid = connector["connector_id"]
+    server, url = deployment
+    anon = httpx.Client(base_url=server.base_url, timeout=30)
+    api = f"/v0/connectors/{cid}/api"
+
+    # instance_token route: a token of this Connector, shown once; an API key is not one.
+    created = c.post(f"/v0/connectors/{cid}/instance-tokens", json={"idempotency_key": "t1", "name": "relay box"})
+    assert created.status_code == 201 and created.json()["secret"].startswith("cit_")
+    secret = created.json()["secret"]
+    replay = c.post(f"/v0/connectors/{cid}/instance-tokens", json={"idempotency_key": "t1", "name": "relay box"})
+    assert replay.status_code == 200 and "secret" not in replay.json()
+    assert secret not in c.get(f"/v0/connectors/{cid}/instance-tokens").text
+    token = {"authorization": f"Bearer {secret}"}
+    assert_error(anon.post(f"{api}/ingest", json=items("a"), headers={"authorization": c.headers["authorization"]}),
+                 401, "invalid_instance_token")
+    first = anon.post(f"{api}/ingest", json=items("a", "b"), headers={**token, "idempotency-key": "p1"})
+    assert first.status_code == 202, first.text
+    receipts = first.json()["receipts"]
+    assert [r["source"]["record_key"] for r in receipts] == ["a", "b"]
+    again = anon.post(f"{api}/ingest", json=items("a", "b"), headers={**token, "idempotency-key": "p1"})
+    assert again.status_code == 202 and again.content == first.content  # rule 10: replayed, no plugin call
+    # Pull and push converge: the same revision pushed again without a key replays the same Receipts.
+    assert anon.post(f"{api}/ingest", json=items("a"), headers=token).json()["receipts"][0]["receipt_id"] == \
+        receipts[0]["receipt_id"]
+
+    # service_key route: connector:push on the instance's Corpus.
+    pusher = client(deployment, owner, actions="connector:push")
+    assert pusher.post(f"{api}/ingest_key", json=items("c")).status_code == 202
+    assert_error(client(deployment, owner, actions="content:write").post(f"{api}/ingest_key", json=items("c")),
+                 403, "forbidden")
+    assert_error(anon.post(f"{api}/ingest_key", json=items("c")), 401, "invalid_api_key")
+    assert_error(client(deployment, org(), actions="connector:push").post(f"{api}/ingest_key", json=items("c")),
+                 404, "not_found")
+
+    # Request guards: undeclared route, size, JSON, request_schema.
+    assert_error(pusher.post(f"{api}/nowhere", json=items("d")), 404, "not_found")
+    assert_error(pusher.post(f"{api}/ingest_key", content=b"x" * (1024 * 1024 + 1)), 413, "request_too_large")
+    assert_error(pusher.post(f"{api}/ingest_key", content=b"{not json"), 400, "malformed_json")
+    assert_error(pusher.post(f"{api}/ingest_key", json={"things": []}), 422, "invalid_schema")
+
+    # signature route: the plugin verifies; the engine checks the timestamp window and reserves the signature.
+    body = msgspec_bytes(items("s1"))
+    signed = anon.post(f"{api}/signed", content=body, headers=signed_headers(body))
+    assert signed.status_code == 202, signed.text
+    assert_error(anon.post(f"{api}/signed", content=body, headers=signed_headers(body)), 409, "push_replayed")
+    stale = msgspec_bytes(items("s2"))
+    assert_error(anon.post(f"{api}/signed", content=stale, headers=signed_headers(stale, at=1)), 401,
+                 "invalid_signature")
+    forged = anon.post(f"{api}/signed", content=stale, headers=signed_headers(stale, token="wrong"))
+    assert forged.status_code == 401 and forged.headers["service-response-origin"] == "plugin"
+
+    # The relay: no key; the kind's plugin (here the core) decides.
+    relayed = anon.post(f"/v0/connector-webhooks/{cid}", json=items("r1"))
+    assert relayed.status_code == 200, relayed.text
+
+    view = c.get(f"/v0/connectors/{cid}").json()
+    counters = view["push_counters"]
+    assert counters["received"] >= 6 and counters["refused"] >= 8 and counters["replayed"] == 1
+    assert view["health"]["push"]["state"] == "active"
+    until(lambda: len(hits(c, "pushed", corpus)) >= 4 or None, "pushed items searchable")
+
+    # A revoked token, then a disabled Connector: 401, then 404 everywhere.
+    token_id = created.json()["token_id"]
+    assert c.post(f"/v0/connectors/{cid}/instance-tokens/{token_id}/revoke", json={}).json()["revoked_at"]
+    assert_error(anon.post(f"{api}/ingest", json=items("z"), headers=token), 401, "invalid_instance_token")
+    c.post(f"/v0/connectors/{cid}/disable", json={})
+    assert_error(pusher.post(f"{api}/ingest_key", json=items("z")), 404, "not_found")
+    assert_error(anon.post(f"/v0/connector-webhooks/{cid}", json=items("z")), 404, "not_found")
+
+
+def msgspec_bytes(value) -> bytes:
+    import json
+    return json.dumps(value).encode()
+
+
+def test_rate_and_address_guards_refuse_before_the_plugin(deployment):
+    # rule 9: token bucket 429 with Retry-After; allowed_cidrs 403 ip_not_allowed
+    owner = org()
+    c = client(deployment, owner)
+    corpus = create_corpus(c)
+    slow = fixture_push(c, corpus, "slow", push_policy={"rate_per_second": 0.1, "burst": 1})
+    pusher = client(deployment, owner, actions="connector:push")
+    api = f"/v0/connectors/{slow['connector_id']}/api/ingest_key"
+    assert pusher.post(api, json=items("x")).status_code == 202
+    limited = pusher.post(api, json=items("y"))
+    assert_error(limited, 429, "rate_limited")
+    assert int(limited.headers["retry-after"]) >= 1
+    fenced = fixture_push(c, corpus, "fenced", push_policy={"allowed_cidrs": ["10.0.0.0/8"]})
+    assert_error(pusher.post(f"/v0/connectors/{fenced['connector_id']}/api/ingest_key", json=items("x")), 403,
+                 "ip_not_allowed")
+    counters = c.get(f"/v0/connectors/{slow['connector_id']}").json()["push_counters"]
+    assert counters["rate_limited"] == 1 and counters["refused"] == 1
+
+
+def test_social_list_signed_receive_and_its_relay_share_one_guard(deployment):
+    # decisions-part2 social_list: receive at api/receive, signature sha256=<hex HMAC-SHA256(signing_secret,
+    # body)>, 300 s signature cache; rule 13: the relay address shares the guard and the receipts
+    import hashlib
+    import hmac
+    import json
+    from tests.integration.mastodon_double import status
+
+    c = client(deployment, org())
+    corpus = create_corpus(c)
+    connector = create(c, corpus, "social_list", {"instance_url": "https://127.0.0.1:9", "list_id": "harbour"},
+                       credential={"secret": {"token": "list-token", "signing_secret": "hub-secret"}})
+    cid = connector["connector_id"]
+    assert connector["health"]["push"]["state"] == "pending"
+    server, _ = deployment
+    anon = httpx.Client(base_url=server.base_url, timeout=30)
+
+    def signed(payload: dict) -> tuple[bytes, dict]:
+        body = json.dumps(payload).encode()
+        digest = hmac.new(b"hub-secret", body, hashlib.sha256).hexdigest()
+        return body, {"x-hub-signature-256": f"sha256={digest}", "content-type": "application/json"}
+
+    body, headers = signed({"event": "update", "payload": status(7)})
+    r = anon.post(f"/v0/connectors/{cid}/api/receive", content=body, headers=headers)
+    assert r.status_code == 202, r.text
+    assert r.json()["receipts"][0]["source"]["record_key"] == status(7)["uri"]
+    assert_error(anon.post(f"/v0/connector-webhooks/{cid}", content=body, headers=headers), 409, "push_replayed")
+    body, headers = signed({"event": "delete", "payload": status(7)["uri"]})
+    assert anon.post(f"/v0/connector-webhooks/{cid}", content=body, headers=headers).status_code == 200
+    wrong = anon.post(f"/v0/connectors/{cid}/api/receive", content=body,
+                      headers={**headers, "x-hub-signature-256": "sha256=" + "0" * 64})
+    assert wrong.status_code == 401 and wrong.headers["service-response-origin"] == "plugin"
+    assert c.get(f"/v0/connectors/{cid}").json()["health"]["push"]["state"] == "active"

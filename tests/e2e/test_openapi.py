@@ -42,6 +42,9 @@ CONTRACT_OPERATIONS = {
     # part 2 "Connector management"; the runs routes of decisions-part2 "Runs" (ids not shown: docs/decisions.md)
     "createConnector", "listConnectors", "getConnector", "disableConnector", "replaceConnectorCredential",
     "changeConnectorSchedule", "requestConnectorRun", "listConnectorKinds", "listConnectorRuns", "getConnectorRun",
+    "createInstanceToken", "listInstanceTokens", "revokeInstanceToken",
+    # part 2 "Webhook relay", "Declared push route"
+    "relayConnectorChallenge", "relayConnectorDelivery", "pushConnectorAPI",
 }
 NOT_DOCUMENTED = {"OPTIONS", "HEAD"}  # answered by Litestar itself
 
@@ -93,14 +96,19 @@ def test_every_operation_states_its_key_and_errors(doc):
     for method, path, op in _operations(doc):
         assert op["responses"]["default"]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/Error"}
-        assert ("security" in op) == (op["operationId"] not in {"getHealth", "putUploadContent"}), op["operationId"]
+        # No API key: health, the presigned PUT, and the push routes (each declared route states its own
+        # auth: a service key, an instance token or the source's signature) and the relay.
+        keyless = {"getHealth", "putUploadContent", "pushConnectorAPI", "relayConnectorChallenge",
+                   "relayConnectorDelivery"}
+        assert ("security" in op) == (op["operationId"] not in keyless), op["operationId"]
     stream = doc["paths"]["/v0/changes/stream"]["get"]["responses"]["200"]["content"]
     assert list(stream) == ["text/event-stream"]
     optional = {op["operationId"] for _, _, op in _operations(doc)
                 if op.get("requestBody", {}).get("required") is False}
     # ActionRequest bodies may be empty (part 1; part 2 delete/disable/enable take ActionRequest)
     assert optional == {"cancelOperation", "resumeOperation", "confirmUpload", "deleteSavedQuery",
-                        "deleteSubscription", "disableSubscription", "enableSubscription", "disableConnector"}
+                        "deleteSubscription", "disableSubscription", "enableSubscription", "disableConnector",
+                        "revokeInstanceToken"}
 
 
 def _resolve(schema: dict, doc: dict) -> dict:
@@ -195,7 +203,8 @@ def test_a_body_valid_by_the_document_is_not_refused_as_invalid(doc, api):
         "createSavedQuery", "createSavedQueryVersion", "deleteSavedQuery", "renameSavedQuery", "createSubscription",
         "createSubscriptionVersion", "deleteSubscription", "disableSubscription", "enableSubscription",
         "renameSubscription", "previewSubscription", "migrateSubscriptionEvaluators", "createConnector",
-        "disableConnector", "replaceConnectorCredential", "changeConnectorSchedule", "requestConnectorRun"])
+        "disableConnector", "replaceConnectorCredential", "changeConnectorSchedule", "requestConnectorRun",
+        "createInstanceToken", "revokeInstanceToken"])
 
 
 def test_a_body_breaking_the_document_is_refused_with_a_pointer(doc, api):

@@ -56,4 +56,4 @@ def test_public_kinds_are_the_public_payloads():
                                "saved_query.updated", "saved_query.deleted",
                                "saved_query.renamed", "subscription.updated", "subscription.deleted",
                                "subscription.renamed", "connector.created", "connector.changed",
-                               "connector.run.changed"}
+                               "connector.run.changed", "connector.push.received", "connector.push.refused"}

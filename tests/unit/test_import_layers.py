@@ -68,7 +68,8 @@ SLICE_PARTS = {"routes": "api", "commands": "commands", "workers": "projectors",
                # the credential sealing (key reads), the pure health rules and page checks; its worker
                # accepts each page's items through the ingest command path, so it sits above the commands.
                "kinds": "search", "credentials": "readmodel", "health": "domain", "pages": "domain",
-               "worker": "processes"}
+               "worker": "processes", "instance_tokens": "commands", "push_guards": "domain",
+               "push_store": "readmodel", "push_routes": "api"}
 
 # The domain computes; it never reaches a database, a network, an index or a server.
 DOMAIN_FORBIDDEN = ("psycopg", "psycopg_pool", "httpx", "tantivy", "hnswlib", "litestar", "uvicorn", "os",

@@ -17,6 +17,7 @@ from contentsvc.api import changes, corpora, health, openapi, receipts, records,
 from contentsvc.api import operations, uploads
 from contentsvc.api.http import Services
 from contentsvc.api.routes import with_options
+from contentsvc.connectors import push_routes as connector_push_routes
 from contentsvc.connectors import routes as connector_routes
 from contentsvc.monitoring import delivery_routes
 from contentsvc.monitoring import migration as evaluator_migration
@@ -141,7 +142,7 @@ async def _listen(url: str, settings: Settings, feed_moved: FeedTicker, lexical_
 ROUTES = with_options([
     *records.ROUTES, *receipts.ROUTES, *search.ROUTES, *corpora.ROUTES, *changes.ROUTES, *health.ROUTES,
     *openapi.ROUTES, *uploads.ROUTES, *operations.ROUTES, *plugin_routes.ROUTES,
-    *monitoring_routes.ROUTES, *delivery_routes.ROUTES, *connector_routes.ROUTES, *subscription_previews.ROUTES, *evaluator_migration.ROUTES,
+    *monitoring_routes.ROUTES, *delivery_routes.ROUTES, *connector_routes.ROUTES, *connector_push_routes.ROUTES, *subscription_previews.ROUTES, *evaluator_migration.ROUTES,
     *match_routes.ROUTES,
 ])
 

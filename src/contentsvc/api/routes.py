@@ -65,8 +65,10 @@ class Operation:
 
     @property
     def route_path(self) -> str:
-        """Litestar's spelling of the path: every parameter a string."""
-        return "/".join(f"{{{p[1:-1]}:str}}" if p.startswith("{") else p for p in self.path.split("/"))
+        """Litestar's spelling of the path: every parameter a string, except a trailing `{path}`,
+        which takes the rest of the path, slashes included (a Connector's declared push routes)."""
+        return "/".join(f"{{{p[1:-1]}:{'path' if p == '{path}' else 'str'}}}" if p.startswith("{") else p
+                        for p in self.path.split("/"))
 
     def members(self, settings: Settings) -> dict[str, dict]:
         return self.body_members(settings) if callable(self.body_members) else self.body_members

@@ -30,7 +30,7 @@ from contentsvc.connectors.events import (
 )
 from contentsvc.connectors.health import health_of
 from contentsvc.connectors.kinds import ServedKind, served_kind
-from contentsvc.connectors.shapes import ConnectorCreate, CredentialReplace, HealthPolicy, PushPolicy, RunRequest
+from contentsvc.connectors.shapes import ConnectorCreate, connector_disabled, CredentialReplace, HealthPolicy, PushPolicy, RunRequest
 from contentsvc.domain.canonical import request_digest
 from contentsvc.domain.clock import iso
 from contentsvc.domain.errors import ApiError, not_found
@@ -51,10 +51,6 @@ WARNING_BOUNDS, WARNING_DEFAULT = (0, 2592000), 604800
 
 def invalid_config(message: str, field: str) -> ApiError:
     return ApiError(422, "invalid_config", message, field=field)
-
-
-def connector_disabled() -> ApiError:
-    return ApiError(409, "connector_disabled", "The Connector is disabled; disabling is final in v0.")
 
 
 def _check_schema(schema: Any, instance: Any, prefix: str, what: str) -> None:

@@ -52,3 +52,27 @@ class ConnectorRunChanged(_ConnectorPayload, kw_only=True, tag=CONNECTOR_RUN_CHA
     receipts_created: int = 0
     error_code: str | UnsetType = UNSET
     changed_at: str
+
+
+CONNECTOR_PUSH_RECEIVED = "connector.push.received"
+CONNECTOR_PUSH_REFUSED = "connector.push.refused"
+
+
+class _PushAudit(_ConnectorPayload, kw_only=True):
+    """One attempt on a push route or the relay of an existing Connector (part 2 rule 11)."""
+
+    connector_id: str
+    route: str  # the declared route's name, or `relay`
+    method: str
+    status: int
+    code: str | UnsetType = UNSET
+    client_ip: str
+    at: str
+
+
+class ConnectorPushReceived(_PushAudit, kw_only=True, tag=CONNECTOR_PUSH_RECEIVED):
+    pass
+
+
+class ConnectorPushRefused(_PushAudit, kw_only=True, tag=CONNECTOR_PUSH_REFUSED):
+    pass

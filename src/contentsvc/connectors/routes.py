@@ -11,7 +11,7 @@ from msgspec import Meta
 
 from contentsvc.api.http import page_after, respond, services
 from contentsvc.api.routes import Call, Query, operation
-from contentsvc.connectors import commands, views
+from contentsvc.connectors import commands, instance_tokens, push_store, views
 from contentsvc.connectors.kinds import served_kinds
 from contentsvc.connectors.shapes import (
     PAGE_DEFAULT,
@@ -21,6 +21,9 @@ from contentsvc.connectors.shapes import (
     ConnectorKinds,
     ConnectorPage,
     CredentialReplace,
+    InstanceToken,
+    InstanceTokenCreate,
+    InstanceTokenList,
     Run,
     RunAccepted,
     RunPage,
@@ -44,8 +47,11 @@ async def _view(call: Call, connector_id: str) -> Connector:
         if row is None:
             raise not_found("connector")
         served = (await served_kinds(conn, svc.settings)).get(row["kind"])
-    push = served.description.push if served else None
-    return views.connector_view(svc.settings, row, relay=bool(push and push.relay))
+        push = served.description.push if served else None
+        view = views.connector_view(svc.settings, row, relay=bool(push and push.relay))
+        if push is not None:
+            view.push_counters = await push_store.counters(conn, connector_id)
+    return view
 
 
 @operation("createConnector", "POST", "/v0/connectors", permission=WRITE, body=ConnectorCreate,
@@ -175,6 +181,29 @@ async def list_connector_kinds(call: Call[None, None]) -> Response:
                     "credential_deposits": sealed.can_seal(svc.settings)})
 
 
+@operation("createInstanceToken", "POST", "/v0/connectors/{connector_id}/instance-tokens", permission=WRITE,
+           body=InstanceTokenCreate, responses={201: InstanceToken, 200: InstanceToken})
+async def create_instance_token(call: Call[InstanceTokenCreate, None], connector_id: str) -> Response:
+    """The secret is in this answer only; a replay answers 200 without it."""
+    async with services(call.request).pool.connection() as conn:
+        token, replayed = await instance_tokens.create_token(conn, call.principal, connector_id, call.body)
+    return respond(token, 200 if replayed else 201)
+
+
+@operation("listInstanceTokens", "GET", "/v0/connectors/{connector_id}/instance-tokens", permission=READ,
+           responses={200: InstanceTokenList})
+async def list_instance_tokens(call: Call[None, None], connector_id: str) -> Response:
+    async with services(call.request).pool.connection() as conn:
+        return respond(InstanceTokenList(items=await instance_tokens.list_tokens(conn, call.principal, connector_id)))
+
+
+@operation("revokeInstanceToken", "POST", "/v0/connectors/{connector_id}/instance-tokens/{token_id}/revoke",
+           permission=WRITE, body=ActionRequest, body_required=False, responses={200: InstanceToken})
+async def revoke_instance_token(call: Call[ActionRequest | None, None], connector_id: str, token_id: str) -> Response:
+    async with services(call.request).pool.connection() as conn:
+        return respond(await instance_tokens.revoke_token(conn, call.principal, connector_id, token_id))
+
+
 ROUTES = [create_connector, list_connectors, get_connector, disable_connector, replace_connector_credential,
           change_connector_schedule, request_connector_run, list_connector_runs, get_connector_run,
-          list_connector_kinds]
+          list_connector_kinds, create_instance_token, list_instance_tokens, revoke_instance_token]

@@ -8,10 +8,15 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
+from contentsvc.domain.errors import ApiError
 from contentsvc.domain.models import Input, NonEmpty, Output
 
 Namespace = Annotated[str, Meta(min_length=1, max_length=200)]
 PAGE_DEFAULT, PAGE_MAX = 20, 100
+
+
+def connector_disabled() -> ApiError:
+    return ApiError(409, "connector_disabled", "The Connector is disabled; disabling is final in v0.")
 
 
 class Schedule(Input, kw_only=True):
@@ -127,3 +132,27 @@ class RunAccepted(Output, kw_only=True):
     connector_id: str
     run_id: str
     run_at: str
+
+
+class InstanceTokenCreate(Input, kw_only=True):
+    idempotency_key: NonEmpty
+    name: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+    expires_at: datetime | None = None
+
+
+class InstanceToken(Output, kw_only=True):
+    token_id: str
+    connector_id: str
+    created_at: str
+    name: str | None = None
+    expires_at: str | None = None
+    revoked_at: str | None = None
+    secret: str | None = None  # only in the answer that created it
+
+
+class InstanceTokenList(Output, kw_only=True):
+    items: list[InstanceToken]
+
+
+class PushAccepted(Output, kw_only=True):
+    receipts: list[dict[str, Any]]

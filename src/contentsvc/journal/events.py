@@ -24,7 +24,13 @@ from typing import Any, ClassVar, Literal, Union
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from contentsvc.connectors.events import ConnectorChanged, ConnectorCreated, ConnectorRunChanged
+from contentsvc.connectors.events import (
+    ConnectorChanged,
+    ConnectorCreated,
+    ConnectorPushReceived,
+    ConnectorPushRefused,
+    ConnectorRunChanged,
+)
 from contentsvc.ids import new_id
 from contentsvc.monitoring.delivery_events import DeliveryChanged
 from contentsvc.monitoring.match_events import MatchCreated, MatchWithdrawn
@@ -314,7 +320,7 @@ Payload = Union[
     SavedQueryCommitted, SavedQueryUpdated, SavedQueryDeleted, SavedQueryRenamed,
     SubscriptionCommitted, SubscriptionUpdated, SubscriptionDeleted, SubscriptionRenamed,
     # connectors (connectors/events.py)
-    ConnectorCreated, ConnectorChanged, ConnectorRunChanged,
+    ConnectorCreated, ConnectorChanged, ConnectorRunChanged, ConnectorPushReceived, ConnectorPushRefused,
 ]
 PAYLOAD_TYPES: dict[str, type[EventPayload]] = {t.__struct_config__.tag: t for t in Payload.__args__}
 PUBLIC_KINDS = frozenset(kind for kind, t in PAYLOAD_TYPES.items() if t.public)

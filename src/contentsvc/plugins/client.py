@@ -245,6 +245,25 @@ class PluginClient:
                      duration_ms=round((time.monotonic() - started) * 1000, 1))
 
 
+    async def relay(self, route: str, body: dict, timeout: float) -> httpx.Response:
+        """POST a contribution route and return the plugin's answer as it came, 2xx or not: a push
+        relays a plugin's refusal to the source unchanged (part 2 "Declared push route" rule 8).
+        PluginUnreachable when there is no answer at all."""
+        if not self.verified:
+            await self.verify(min(timeout, DISCOVERY_TIMEOUT_SECONDS))
+        invocation_id = body.get("invocation_id") or new_id("inv")
+        started = time.monotonic()
+        status: int | str = "unreachable"
+        try:
+            response = await self._send("POST", f"contributions/{route}", timeout, invocation_id, body)
+            status = response.status_code
+            return response
+        finally:
+            log.info("plugin_invocation", plugin=self.target.plugin_id, version=self.target.version,
+                     contribution=route, invocation_id=invocation_id, status=status,
+                     duration_ms=round((time.monotonic() - started) * 1000, 1))
+
+
 def _json_object(response: httpx.Response) -> dict | None:
     try:
         answer = msgspec.json.decode(response.content)

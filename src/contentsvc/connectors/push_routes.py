@@ -1,0 +1,412 @@
+"""A Connector's push routes and webhook relay (part 2 "Webhook relay", "Declared push route" rules
+1-13; decisions-part2 "Push routes, relay, push_policy, proxies", "Built-in `fixture` kind").
+
+Guards run in the contract's order, each refusing before anything later is tried: the instance
+(404), the route and method (404, 405 with Allow), sizes (413), `allowed_cidrs` (403), the key or
+instance token (401/403), JSON and the route's `request_schema` (400/422), the idempotency replay,
+the token bucket (429 with Retry-After, before any plugin call), the signature and its fingerprint
+reservations (401/409), then the plugin (or the built-in fixture kind) and ingestion within 9 s.
+Every attempt on an existing Connector commits its audit event and counters before the answer
+leaves. Items converge with pull runs on the same Receipts (keys `con:{id}:{record_key}:{revision}`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from litestar import Request, Response
+from psycopg.types.json import Jsonb
+
+from contentsvc.api.http import read_body, services
+from contentsvc.api.routes import Call, Stream, operation
+from contentsvc.auth.principal import Principal, bearer_secret, load_principal
+from contentsvc.commands.records import Accepted, accept_source_commands
+from contentsvc.connectors import instance_tokens, push_store, views
+from contentsvc.connectors.credentials import open_credential
+from contentsvc.connectors.kinds import ServedKind, served_kinds
+from contentsvc.connectors.pages import fixture_item, item_command
+from contentsvc.connectors.push_guards import (
+    MAX_BODY_BYTES,
+    RateLimits,
+    check_allowed,
+    check_idempotency_key,
+    check_signature,
+    check_sizes,
+    client_address,
+    relayed_headers,
+    resolve_route,
+)
+from contentsvc.connectors.shapes import PushAccepted
+from contentsvc.domain.errors import ApiError, not_found
+from contentsvc.domain.models import IngestCommand
+from contentsvc.ids import new_id
+from contentsvc.logging import get_logger
+from contentsvc.plugins.client import PluginClient, PluginUnreachable, plugin_error
+from contentsvc.plugins.manifest import PushRoute, validate_against
+from contentsvc.readmodel.receipts import load_receipts
+from contentsvc.storage import sealed
+
+log = get_logger("contentsvc.connectors.push")
+
+STAGE_SECONDS = 9.0  # rule 6: plugin and ingestion
+RELAY = "relay"
+PLUGIN_ORIGIN = {"Service-Response-Origin": "plugin"}
+RATE_LIMITS = RateLimits()  # per API process (decisions-part2: N processes allow N times the rate)
+_clients: dict[str, PluginClient] = {}
+
+PUSH_BODY = Stream("application/json", "Any JSON, checked against the declared route's request_schema.")
+RELAY_BODY = Stream("*/*", "The source's request, relayed to the connector plugin as it came.")
+
+
+@dataclass
+class Attempt:
+    """What the audit of one attempt names."""
+
+    connector: dict[str, Any]
+    route: str
+    method: str
+    client_ip: str
+    counter: str | None = None
+
+
+class PluginVerdict(Exception):
+    """The plugin refused: its status, content type and body go back unchanged."""
+
+    def __init__(self, status: int, content_type: str, body: bytes) -> None:
+        super().__init__(status)
+        self.status, self.content_type, self.body = status, content_type, body
+
+
+def _plugin_unavailable() -> ApiError:
+    return ApiError(503, "plugin_unavailable", "The connector plugin is unreachable; retry later.", retryable=True,
+                    headers={"Retry-After": "5"})
+
+
+async def _instance(conn, settings, connector_id: str) -> tuple[dict[str, Any], ServedKind]:
+    """The Connector and its kind, when it exists and its kind declares push; else None, 404."""
+    row = await views.connector_row(conn, connector_id)
+    served = (await served_kinds(conn, settings)).get(row["kind"]) if row is not None else None
+    if row is None or served is None or served.description.push is None:
+        raise not_found("connector")
+    return row, served
+
+
+def _principal(row: dict[str, Any]) -> Principal:
+    return Principal(key_id=f"connector:{row['connector_id']}", org_id=row["org_id"],
+                     actions=frozenset({"content:write"}), corpora=frozenset({row["corpus_id"]}))
+
+
+async def _authorize(conn, request: Request, row: dict[str, Any], route: PushRoute) -> None:
+    """rule 2: a service key with connector:push on the instance's Corpus, or this instance's token."""
+    secret = bearer_secret(request.headers.get("authorization"))
+    if route.auth == "instance_token":
+        if not await instance_tokens.token_grants(conn, row["connector_id"], secret):
+            raise ApiError(401, "invalid_instance_token", "This route needs a live instance token of this Connector.")
+        return
+    principal = await load_principal(conn, secret) if secret else None
+    if principal is None:
+        raise ApiError(401, "invalid_api_key", "A valid API key is required (Authorization: Bearer <key>).")
+    if principal.org_id != row["org_id"] or not principal.covers(row["corpus_id"]):
+        raise not_found("connector")
+    principal.require("connector:push")
+
+
+def _json_body(raw: bytes, route: PushRoute) -> Any:
+    try:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        raise ApiError(400, "malformed_json", "The body is not JSON.") from None
+    issues = validate_against(route.request_schema, body)
+    if issues:
+        raise ApiError(422, "invalid_schema", f"The body does not satisfy the route's request_schema: "
+                                              f"{issues[0].message}", field=issues[0].pointer or "/")
+    return body
+
+
+async def _receive(settings, served: ServedKind, row: dict[str, Any], route_name: str, request: Request,
+                   raw: bytes, route: PushRoute | None, timeout: float) -> tuple[dict[str, Any], list[dict]]:
+    """The plugin's (or the fixture kind's) answer to one relayed request: (response, items)."""
+    credential = open_credential(settings, row["connector_id"], row["credential_version"], row["credential"])
+    if served.provider is None:
+        return _fixture_receive(row, credential, route_name, route, request, raw)
+    provider = served.provider
+    client = _clients.get(provider.registration_id)
+    if client is None:
+        client = _clients[provider.registration_id] = PluginClient(provider.target)
+    body = {"invocation_id": new_id("inv"), "contribution": "connector", "organization_id": row["org_id"],
+            "configuration": provider.settings.configuration, "credential": credential,
+            "connector": {"instance_id": row["connector_id"], "kind": row["kind"], "corpus_id": row["corpus_id"],
+                          "source_namespace": row["source_namespace"], "config": row["config"]},
+            "route": route_name,
+            "request": {"method": request.method, "path": request.url.path, "query": request.url.query or "",
+                        "headers": relayed_headers(list(request.headers.items())),
+                        "body_base64": base64.b64encode(raw).decode()}}
+    try:
+        answer = await client.relay("connector/receive", body, timeout)
+    except PluginUnreachable:
+        raise _plugin_unavailable() from None
+    if answer.status_code >= 500:
+        error = plugin_error(answer.status_code, _json(answer.content))
+        if error is not None and error.error_class in ("access", "source"):
+            raise ApiError(500, "push_failed", f"The connector plugin reported a {error.error_class} error: "
+                                               f"{error.code}.")
+        raise _plugin_unavailable()
+    if not 200 <= answer.status_code < 300:
+        raise PluginVerdict(answer.status_code, answer.headers.get("content-type", "application/octet-stream"),
+                            answer.content)
+    decoded = _json(answer.content)
+    if not isinstance(decoded, dict) or not isinstance(decoded.get("items", []), list):
+        raise _plugin_unavailable()
+    return decoded.get("response") or {"status": 200}, decoded.get("items", [])
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def _fixture_receive(row: dict[str, Any], credential: dict | None, route_name: str, route: PushRoute | None,
+                     request: Request, raw: bytes) -> tuple[dict[str, Any], list[dict]]:
+    """The built-in fixture kind's side of a push: `signed` checks hex HMAC-SHA256(token, raw body)."""
+    error = row["config"].get("error")
+    if error:
+        if error["error_class"] == "transient":
+            raise _plugin_unavailable()
+        raise ApiError(500, "push_failed", f"The fixture configuration fails every push ({error['code']}).")
+    if route is not None and route.auth == "signature":
+        token = (credential or {}).get("token", "")
+        expected = hmac.new(token.encode(), raw, hashlib.sha256).hexdigest()
+        if not token or not hmac.compare_digest(expected, request.headers.get(route.signature_header, "")):
+            raise PluginVerdict(401, "application/json", b'{"code":"bad_signature","message":"signature mismatch",'
+                                                         b'"retryable":false}')
+    body = _json(raw)
+    items = body.get("items") if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        raise PluginVerdict(400, "application/json", b'{"code":"bad_request","message":"expected {items: [...]}",'
+                                                     b'"retryable":false}')
+    return {"status": 200}, [fixture_item(i, n) if isinstance(i, dict) else {} for n, i in enumerate(items)]
+
+
+async def _ingest(conn, served: ServedKind, row: dict[str, Any], items: list[dict]) -> list[dict]:
+    """The items through the ingestion path, in item order; a refused one is 422 item_rejected."""
+    producer = served.plugin_id or "contentsvc"
+    version = served.provider.version if served.provider else None
+    commands = []
+    for item in items:
+        try:
+            commands.append(item_command(row, producer, version, item))
+        except (msgspec.ValidationError, KeyError, TypeError):
+            raise ApiError(422, "item_rejected", "An item of the plugin's answer is not a valid item.") from None
+    principal = _principal(row)
+    results: list[Any] = [None] * len(commands)
+    for family, is_ingest in (("ingest", True), ("withdrawal", False)):
+        picked = [i for i, c in enumerate(commands) if isinstance(c, IngestCommand) == is_ingest]
+        if picked:
+            for i, result in zip(picked, await accept_source_commands(conn, principal, [commands[i] for i in picked],
+                                                                       family)):
+                results[i] = result
+    refused = next((r for r in results if isinstance(r, ApiError)), None)
+    if refused is not None:
+        raise ApiError(422, "item_rejected", f"An item was refused: {refused.code}: {refused.message}")
+    ids = [r.receipt_id for r in results if isinstance(r, Accepted)]
+    receipts = await load_receipts(conn, principal, ids)
+    return [msgspec.to_builtins(receipts[i]) for i in ids]
+
+
+async def _mark_push_active(conn, row: dict[str, Any]) -> None:
+    health = dict(row["health"])
+    push = dict(health.get("push") or {})
+    push.update(state="active", last_delivery_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    push.pop("error", None)
+    health["push"] = push
+    async with conn.transaction():
+        await conn.execute("UPDATE connectors SET health = %s WHERE connector_id = %s",
+                           (Jsonb(health), row["connector_id"]))
+
+
+async def _audited(conn, attempt: Attempt, work) -> Response:
+    """Runs the guarded work; its answer, or its refusal, is audited before it leaves."""
+    try:
+        response = await work()
+    except ApiError as refusal:
+        await push_store.record_attempt(conn, attempt.connector, attempt.route, attempt.method, refusal.status,
+                                        refusal.code, attempt.client_ip, attempt.counter)
+        log.info("connector_push", connector_id=attempt.connector["connector_id"], route=attempt.route,
+                 status=refusal.status, code=refusal.code, client_ip=attempt.client_ip)
+        raise
+    except PluginVerdict as verdict:
+        response = Response(verdict.body, status_code=verdict.status, media_type=verdict.content_type,
+                            headers=dict(PLUGIN_ORIGIN) if attempt.route != RELAY else None)
+    code = None if 200 <= response.status_code < 300 else "plugin_refused"
+    await push_store.record_attempt(conn, attempt.connector, attempt.route, attempt.method, response.status_code,
+                                    code, attempt.client_ip, attempt.counter)
+    log.info("connector_push", connector_id=attempt.connector["connector_id"], route=attempt.route,
+             status=response.status_code, code=code, client_ip=attempt.client_ip)
+    return response
+
+
+def _client_ip(request: Request, settings) -> str:
+    peer = request.client.host if request.client else None
+    return client_address(peer, request.headers.get("x-forwarded-for"), settings.connectors.trusted_proxies)
+
+
+@operation("pushConnectorAPI", "POST", "/v0/connectors/{connector_id}/api/{path}", permission=None,
+           body=PUSH_BODY, headers=(("idempotency-key", False),), responses={202: PushAccepted})
+async def push_connector_api(call: Call[None, None], connector_id: str, path: str) -> Response:
+    request = call.request
+    svc = services(request)
+    settings = svc.settings
+    client_ip = _client_ip(request, settings)
+    async with svc.pool.connection() as conn:
+        row, served = await _instance(conn, settings, connector_id)
+        attempt = Attempt(row, "unknown", request.method, client_ip)
+
+        async def work() -> Response:
+            if not row["enabled"]:
+                raise not_found("connector")
+            route = resolve_route(served.description.push.routes, path, request.method)
+            attempt.route = route.name
+            raw = await read_body(request, MAX_BODY_BYTES)
+            check_sizes(len(raw), request.url.query or "")
+            check_allowed(client_ip, (row["push_policy"] or {}).get("allowed_cidrs"))
+            if route.auth != "signature":
+                await _authorize(conn, request, row, route)
+            _json_body(raw, route)
+            key = check_idempotency_key(request.headers.get("idempotency-key"))
+            replayable = key is not None and route.auth != "signature"
+            if replayable:
+                stored = await push_store.reserve_key(conn, connector_id, key, route.name,
+                                                      settings.connectors.idempotency_ttl_seconds)
+                if stored is not None:
+                    attempt.counter = "replayed"
+                    return Response(stored.body, status_code=stored.status, media_type=stored.content_type)
+            try:
+                _take_token(attempt, row)
+                if route.auth == "signature":
+                    signature = check_signature({k.lower(): v for k, v in request.headers.items()}, route, time.time())
+                    prints = [push_store.fingerprint("signature", signature)]
+                    if key is not None:
+                        prints.append(push_store.fingerprint("key", key))
+                    await push_store.reserve_fingerprints(conn, connector_id, prints, route.window_seconds)
+                receipts = await _bounded(_deliver(conn, settings, served, row, route, request, raw))
+            except BaseException as exc:
+                if replayable:
+                    await push_store.complete_key(conn, connector_id, key, _kept(exc))
+                raise
+            answer = msgspec.json.encode(PushAccepted(receipts=receipts))
+            if replayable:
+                await push_store.complete_key(conn, connector_id, key,
+                                              push_store.StoredAnswer(202, "application/json", answer))
+            return Response(answer, status_code=202, media_type="application/json")
+
+        return await _audited(conn, attempt, work)
+
+
+def _kept(exc: BaseException) -> push_store.StoredAnswer | None:
+    """A refusal worth replaying for the key (the plugin's verdict, a rejected item); None frees it."""
+    if isinstance(exc, PluginVerdict):
+        return push_store.StoredAnswer(exc.status, exc.content_type, exc.body)
+    if isinstance(exc, ApiError) and exc.status == 422:
+        return push_store.StoredAnswer(422, "application/json", msgspec.json.encode(exc.body()))
+    return None
+
+
+def _take_token(attempt: Attempt, row: dict[str, Any]) -> None:
+    policy = row["push_policy"] or {}
+    try:
+        RATE_LIMITS.take(row["connector_id"], policy.get("rate_per_second", 10.0), policy.get("burst", 20))
+    except ApiError:
+        attempt.counter = "rate_limited"
+        raise
+
+
+async def _bounded(coroutine):
+    try:
+        async with asyncio.timeout(STAGE_SECONDS):
+            return await coroutine
+    except TimeoutError:
+        raise ApiError(503, "push_timeout", "The plugin and ingestion took longer than 9 s; retry later.",
+                       retryable=True, headers={"Retry-After": "5"}) from None
+
+
+async def _deliver(conn, settings, served: ServedKind, row: dict[str, Any], route: PushRoute, request: Request,
+                   raw: bytes) -> list[dict]:
+    try:
+        _, items = await _receive(settings, served, row, route.name, request, raw, route, STAGE_SECONDS)
+    except sealed.Unreadable:
+        raise _plugin_unavailable() from None
+    receipts = await _ingest(conn, served, row, items)
+    await _mark_push_active(conn, row)
+    return receipts
+
+
+async def _relay(call: Call, connector_id: str) -> Response:
+    request = call.request
+    svc = services(request)
+    settings = svc.settings
+    client_ip = _client_ip(request, settings)
+    async with svc.pool.connection() as conn:
+        row, served = await _instance(conn, settings, connector_id)
+        if not served.description.push.relay:
+            raise not_found("connector")
+        attempt = Attempt(row, RELAY, request.method, client_ip)
+
+        async def work() -> Response:
+            if not row["enabled"]:
+                raise not_found("connector")
+            raw = await read_body(request, MAX_BODY_BYTES)
+            check_sizes(len(raw), request.url.query or "")
+            check_allowed(client_ip, (row["push_policy"] or {}).get("allowed_cidrs"))
+            _take_token(attempt, row)
+            # rule 13: a kind whose declared receive route is signed guards its relay address alike;
+            # GET challenges bypass the POST signature guards (rule 12).
+            signed = next((r for r in served.description.push.routes if r.auth == "signature"), None)
+            if signed is not None and request.method == "POST" and served.provider is not None:
+                signature = check_signature({k.lower(): v for k, v in request.headers.items()}, signed, time.time())
+                await push_store.reserve_fingerprints(conn, connector_id, [push_store.fingerprint("signature",
+                                                                                                  signature)],
+                                                      signed.window_seconds)
+
+            async def deliver():
+                try:
+                    answer, items = await _receive(settings, served, row, RELAY, request, raw, None, STAGE_SECONDS)
+                except sealed.Unreadable:
+                    raise _plugin_unavailable() from None
+                await _ingest(conn, served, row, items)
+                await _mark_push_active(conn, row)
+                return answer
+
+            answer = await _bounded(deliver())
+            status = answer.get("status", 200) if isinstance(answer.get("status"), int) else 200
+            headers = {k: v for k, v in (answer.get("headers") or {}).items() if isinstance(v, str)}
+            body = base64.b64decode(answer.get("body_base64") or "")
+            return Response(body, status_code=status if 200 <= status < 300 else 200, headers=headers,
+                            media_type=headers.pop("content-type", "text/plain"))
+
+        return await _audited(conn, attempt, work)
+
+
+@operation("relayConnectorChallenge", "GET", "/v0/connector-webhooks/{connector_id}", permission=None,
+           responses={200: RELAY_BODY})
+async def relay_connector_challenge(call: Call[None, None], connector_id: str) -> Response:
+    """A source's verification challenge, relayed to the plugin like a delivery."""
+    return await _relay(call, connector_id)
+
+
+@operation("relayConnectorDelivery", "POST", "/v0/connector-webhooks/{connector_id}", permission=None,
+           body=RELAY_BODY, responses={200: RELAY_BODY})
+async def relay_connector_delivery(call: Call[None, None], connector_id: str) -> Response:
+    """A source's delivery: the plugin verifies it with the credential and returns the items."""
+    return await _relay(call, connector_id)
+
+
+ROUTES = [push_connector_api, relay_connector_challenge, relay_connector_delivery]

@@ -1,0 +1,150 @@
+"""What the push routes keep in PostgreSQL (part 2 "Declared push route" rules 10-12):
+
+- the replay cache: the first completed answer per Connector and Idempotency-Key of a
+  service_key or instance_token route. A key is reserved (status NULL) before the plugin is
+  called; a second request with the key while the first is under way is 409
+  `idempotency_conflict` (retryable), never a second plugin call; an attempt that ends without
+  an answer worth keeping (a transient 503) frees its key for a retry;
+- fingerprints of signature routes (the signature, and the Idempotency-Key when given), reserved
+  for the route's window before the plugin call: a duplicate is 409 `push_replayed`;
+- the audit: `connector.push.received` or `.refused` and the Connector's push counters, in one
+  transaction committed before the answer leaves; if it cannot be written, 503 `audit_unavailable`.
+
+Expired rows are ignored on read and swept by `sweep`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import psycopg
+from psycopg import AsyncConnection
+
+from contentsvc.connectors.events import CONNECTOR_SUBJECT, ConnectorPushReceived, ConnectorPushRefused
+from contentsvc.domain.clock import iso
+from contentsvc.domain.errors import ApiError
+from contentsvc.journal.events import NewEvent
+from contentsvc.journal.store import append
+from contentsvc.journal.store import transaction as journal_transaction
+
+
+@dataclass(frozen=True)
+class StoredAnswer:
+    status: int
+    content_type: str
+    body: bytes
+
+
+def audit_unavailable() -> ApiError:
+    return ApiError(503, "audit_unavailable", "The push could not be recorded; retry later.", retryable=True,
+                    headers={"Retry-After": "5"})
+
+
+async def _now(conn: AsyncConnection) -> datetime:
+    return (await (await conn.execute("SELECT now()")).fetchone())[0]
+
+
+async def reserve_key(conn: AsyncConnection, connector_id: str, key: str, route: str,
+                      ttl_seconds: int) -> StoredAnswer | None:
+    """None: the key is this request's now. A stored answer: replay it. Under way elsewhere: 409."""
+    async with conn.transaction():
+        now = await _now(conn)
+        await conn.execute("DELETE FROM connector_push_replays WHERE connector_id = %s AND idempotency_key = %s"
+                           " AND expires_at <= %s", (connector_id, key, now))
+        cur = await conn.execute(
+            "INSERT INTO connector_push_replays (connector_id, idempotency_key, route, expires_at)"
+            " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+            (connector_id, key, route, now + timedelta(seconds=ttl_seconds)))
+        if await cur.fetchone() is not None:
+            return None
+        cur = await conn.execute("SELECT status, content_type, body FROM connector_push_replays"
+                                 " WHERE connector_id = %s AND idempotency_key = %s", (connector_id, key))
+        status, content_type, body = await cur.fetchone()
+    if status is None:
+        raise ApiError(409, "idempotency_conflict", "A request with this Idempotency-Key is still being processed.",
+                       retryable=True)
+    return StoredAnswer(status, content_type, bytes(body))
+
+
+async def complete_key(conn: AsyncConnection, connector_id: str, key: str, answer: StoredAnswer | None) -> None:
+    """Keep the answer for replays, or (None) free the key for a retry."""
+    async with conn.transaction():
+        if answer is None:
+            await conn.execute("DELETE FROM connector_push_replays WHERE connector_id = %s AND idempotency_key = %s"
+                               " AND status IS NULL", (connector_id, key))
+        else:
+            await conn.execute("UPDATE connector_push_replays SET status = %s, content_type = %s, body = %s"
+                               " WHERE connector_id = %s AND idempotency_key = %s",
+                               (answer.status, answer.content_type, answer.body, connector_id, key))
+
+
+def fingerprint(kind: str, value: str) -> bytes:
+    return hashlib.sha256(f"{kind}\x00{value}".encode()).digest()
+
+
+async def reserve_fingerprints(conn: AsyncConnection, connector_id: str, fingerprints: list[bytes],
+                               window_seconds: int) -> None:
+    """All or none, committed before the plugin is called; any one seen within the window: 409."""
+    try:
+        async with conn.transaction():
+            now = await _now(conn)
+            await conn.execute("DELETE FROM connector_push_fingerprints WHERE connector_id = %s AND expires_at <= %s",
+                               (connector_id, now))
+            for value in fingerprints:
+                cur = await conn.execute(
+                    "INSERT INTO connector_push_fingerprints (connector_id, fingerprint, expires_at)"
+                    " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+                    (connector_id, value, now + timedelta(seconds=window_seconds)))
+                if await cur.fetchone() is None:
+                    raise ApiError(409, "push_replayed", "This signature or Idempotency-Key was already received.")
+    except psycopg.Error as exc:
+        raise ApiError(503, "audit_unavailable", "The signature could not be reserved; retry later.",
+                       retryable=True, headers={"Retry-After": "5"}) from exc
+
+
+async def record_attempt(conn: AsyncConnection, connector: dict, route: str, method: str, status: int,
+                         code: str | None, client_ip: str, counter: str | None = None) -> None:
+    """The audit event and the counters in one transaction (503 audit_unavailable when it fails).
+    `counter` names the counter an attempt bumps besides received/refused (replayed, rate_limited)."""
+    try:
+        async with journal_transaction(conn):
+            now = await _now(conn)
+            received = 200 <= status < 300
+            payload_type = ConnectorPushReceived if received else ConnectorPushRefused
+            payload = payload_type(connector_id=connector["connector_id"], route=route, method=method, status=status,
+                                   client_ip=client_ip, at=iso(now))
+            if code is not None:
+                payload.code = code
+            column = "received" if received else "refused"
+            extra = f", {counter} = {counter} + 1" if counter in ("replayed", "rate_limited") else ""
+            await conn.execute("INSERT INTO connector_push_counters (connector_id) VALUES (%s) ON CONFLICT DO NOTHING",
+                               (connector["connector_id"],))
+            await conn.execute(f"UPDATE connector_push_counters SET {column} = {column} + 1, last_{column}_at = %s"
+                               f"{extra} WHERE connector_id = %s", (now, connector["connector_id"]))
+            await append(conn, [NewEvent(org_id=connector["org_id"], corpus_id=connector["corpus_id"],
+                                         subject_type=CONNECTOR_SUBJECT, subject_id=connector["connector_id"],
+                                         payload=payload)])
+    except psycopg.Error as exc:
+        raise audit_unavailable() from exc
+
+
+async def counters(conn: AsyncConnection, connector_id: str) -> dict:
+    cur = await conn.execute("SELECT received, refused, replayed, rate_limited, last_received_at, last_refused_at"
+                             " FROM connector_push_counters WHERE connector_id = %s", (connector_id,))
+    row = await cur.fetchone()
+    out = {"received": 0, "refused": 0, "replayed": 0, "rate_limited": 0}
+    if row is not None:
+        out.update(received=row[0], refused=row[1], replayed=row[2], rate_limited=row[3])
+        if row[4] is not None:
+            out["last_received_at"] = iso(row[4])
+        if row[5] is not None:
+            out["last_refused_at"] = iso(row[5])
+    return out
+
+
+async def sweep(conn: AsyncConnection) -> None:
+    async with conn.transaction():
+        await conn.execute("DELETE FROM connector_push_replays WHERE expires_at <= now()")
+        await conn.execute("DELETE FROM connector_push_fingerprints WHERE expires_at <= now()")

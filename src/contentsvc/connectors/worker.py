@@ -122,7 +122,9 @@ class ConnectorsWorker(Projector):
                 queued = await conn.execute("SELECT 1 FROM connector_runs WHERE connector_id = %s"
                                             " AND state = 'queued'", (row["connector_id"],))
                 if await queued.fetchone() is None:
-                    await queue_run(conn, row, "schedule", now, now)
+                    # A source's retry_after_seconds defers the run it asked to wait for.
+                    run_at = max(now, row["retry_after_until"] or now)
+                    await queue_run(conn, row, "schedule", run_at, now)
         return len(due)
 
     async def start_next(self, conn: AsyncConnection) -> dict[str, Any] | None:

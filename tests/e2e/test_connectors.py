@@ -397,3 +397,23 @@ def test_social_list_signed_receive_and_its_relay_share_one_guard(deployment):
                       headers={**headers, "x-hub-signature-256": "sha256=" + "0" * 64})
     assert wrong.status_code == 401 and wrong.headers["service-response-origin"] == "plugin"
     assert c.get(f"/v0/connectors/{cid}").json()["health"]["push"]["state"] == "active"
+
+
+def test_a_replaced_credential_is_checked_with_the_plugin(deployment, feeds):
+    # decisions-part2 "Runs": check_credential after creation with a credential and after each
+    # replacement; a refusal of class access shows as health access_error before any run
+    c = client(deployment, org())
+    corpus = create_corpus(c)
+    feeds.expected_authorization = "Bearer right-token"
+    connector = create(c, corpus, "rss", {"url": f"{feeds.base_url}/auth/feeds/harbour.rss"}, ns="private",
+                       credential={"secret": {"token": "right-token"}})
+    cid = connector["connector_id"]
+    [run] = finished_runs(c, cid, 1)
+    assert run["state"] == "succeeded" and run["receipts_created"] == 3, run
+    r = c.put(f"/v0/connectors/{cid}/credential",
+              json={"idempotency_key": uuid.uuid4().hex, "secret": {"token": "revoked-token"}})
+    assert r.status_code == 200
+    health = until(lambda: (h := c.get(f"/v0/connectors/{cid}").json()["health"])["state"] == "access_error" and h,
+                   "the replaced credential refused by the feed")
+    assert health["last_error"]["code"] == "http_401"
+    assert len(c.get(f"/v0/connectors/{cid}/runs").json()["items"]) == 1  # no run made it so

@@ -231,7 +231,7 @@ async def disable_connector(conn: AsyncConnection, p: Principal, connector_id: s
             return
         now = await _now(conn)
         row["enabled"] = False
-        health = {**health_of(views.facts(row), now), **_private(row["health"])}
+        health = views.evaluated_health(row, now)
         await conn.execute("UPDATE connectors SET enabled = false, disabled_at = %s, next_run_at = NULL,"
                            " health = %s, revision = revision + 1 WHERE connector_id = %s",
                            (now, Jsonb(health), connector_id))
@@ -245,10 +245,6 @@ async def disable_connector(conn: AsyncConnection, p: Principal, connector_id: s
                              "error"), r)) for r in await cur.fetchall()]
         row["health"] = health
         await append(conn, [changed_event(row, "disabled", now), *(run_event(r, now) for r in skipped)])
-
-
-def _private(health: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in health.items() if k == "last_error_detail"}
 
 
 async def replace_credential(conn: AsyncConnection, settings: Settings, p: Principal, connector_id: str,
@@ -271,7 +267,7 @@ async def replace_credential(conn: AsyncConnection, settings: Settings, p: Princ
         now = await _now(conn)
         stored = seal_credential(settings, connector_id, version, req.secret)
         row["credential_expires_at"] = _utc(req.expires_at)
-        health = {**health_of(views.facts(row), now), **_private(row["health"])}
+        health = views.evaluated_health(row, now)
         await conn.execute(
             "UPDATE connectors SET credential = %s, credential_version = %s, credential_deposited_at = %s,"
             " credential_expires_at = %s, health = %s, revision = revision + 1 WHERE connector_id = %s",

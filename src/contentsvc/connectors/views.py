@@ -10,7 +10,7 @@ from psycopg.rows import dict_row
 
 from contentsvc.auth.principal import Principal
 from contentsvc.config import Settings
-from contentsvc.connectors.health import Facts
+from contentsvc.connectors.health import Facts, health_of
 from contentsvc.connectors.shapes import Connector, CredentialMetadata, Run
 from contentsvc.domain.clock import iso
 
@@ -42,6 +42,13 @@ def facts(row: dict[str, Any]) -> Facts:
                  usage_day=row["usage_day"], items_read_today=row["items_read_today"],
                  items_read_previous_day=row["items_read_previous_day"],
                  diagnostics=health.get("diagnostics") or {}, push=health.get("push"))
+
+
+def evaluated_health(row: dict[str, Any], now) -> dict[str, Any]:
+    """The Health to store after a change: evaluated at `now`, keeping what only the service keeps
+    (the failed run's error class, which decides access_error)."""
+    kept = {k: v for k, v in (row["health"] or {}).items() if k == "last_error_detail"}
+    return {**health_of(facts(row), now), **kept}
 
 
 def public_health(health: dict[str, Any]) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from contentsvc.config import Settings
 from contentsvc.connectors import views
 from contentsvc.connectors.commands import changed_event, queue_run, run_event
 from contentsvc.connectors.credentials import open_credential
-from contentsvc.connectors.health import health_of, moved
+from contentsvc.connectors.health import moved
 from contentsvc.connectors.kinds import FIXTURE, FIXTURE_KIND, ROLE_PREFIX, ServedKind
 from contentsvc.connectors.pages import Page, RunFailure, check_page, fixture_fetch, item_command
 from contentsvc.domain.clock import iso
@@ -96,12 +96,66 @@ class ConnectorsWorker(Projector):
     async def step(self, conn: AsyncConnection) -> bool:
         await self.plan.refresh_if_due(conn)
         await conn.commit()
+        await self.check_credentials(conn)
         await self.queue_scheduled(conn)
         run = await self.start_next(conn)
         if run is None:
             return False
         await self.carry_out(conn, run)
         return True
+
+    # ------------------------------------------------------------ credentials
+
+    async def check_credentials(self, conn: AsyncConnection) -> None:
+        """check_credential for each credential deposited or replaced since the last check: its
+        `expires_at` (when the deposit named none) drives credential_expiring; a refusal of class
+        `access` shows as access_error until a run or a new credential succeeds."""
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute("SELECT * FROM connectors WHERE enabled AND credential IS NOT NULL"
+                          " AND credential_checked_version < credential_version ORDER BY connector_id LIMIT 20")
+        due = await cur.fetchall()
+        await conn.commit()
+        for connector in due:
+            served = self._served(connector)
+            detail: dict[str, Any] | None = None
+            expires_at = None
+            if served is not None and served.provider is not None:
+                try:
+                    credential = open_credential(self.settings, connector["connector_id"],
+                                                 connector["credential_version"], connector["credential"])
+                    answer = await self._client(served).invoke(
+                        "connector/check_credential", self._common(served, connector, credential),
+                        float(self.settings.connectors.fetch_timeout_seconds))
+                    expires_at = answer.get("expires_at") if isinstance(answer.get("expires_at"), str) else None
+                except PluginUnreachable:
+                    continue  # tried again at the next step
+                except PluginFailed as exc:
+                    detail = {"code": exc.code, "message": exc.message[:1024], "error_class": exc.error_class}
+                except sealed.Unreadable:
+                    detail = {"code": "credential_unreadable", "message": "no configured key opens it"}
+            await self._record_check(conn, connector["connector_id"], connector["credential_version"], detail,
+                                     expires_at)
+
+    async def _record_check(self, conn: AsyncConnection, connector_id: str, version: int,
+                            detail: dict[str, Any] | None, expires_at: str | None) -> None:
+        async with journal_transaction(conn):
+            connector = await views.connector_row(conn, connector_id, lock=True)
+            if connector["credential_version"] != version:
+                return  # replaced meanwhile: the new one is checked next
+            now = (await (await conn.execute("SELECT now()")).fetchone())[0]
+            if expires_at is not None and connector["credential_expires_at"] is None:
+                connector["credential_expires_at"] = datetime.fromisoformat(expires_at.replace("Z", "+00:00"))
+            stored = dict(connector["health"])
+            if detail is not None:
+                stored["last_error_detail"] = {**detail, "at": iso(now)}
+            connector["health"] = stored
+            health = views.evaluated_health(connector, now)
+            await conn.execute("UPDATE connectors SET credential_checked_version = %s, credential_expires_at = %s,"
+                               " health = %s WHERE connector_id = %s",
+                               (version, connector["credential_expires_at"], Jsonb(health), connector_id))
+            if moved(stored, health):
+                connector["health"] = health
+                await append(conn, [changed_event(connector, "health", now)])
 
     # ------------------------------------------------------------ scheduling
 
@@ -192,25 +246,34 @@ class ConnectorsWorker(Projector):
                                                     "message": "no configured key opens the deposited credential"}}
         await self.finish(conn, run, outcome)
 
-    async def fetch(self, served: ServedKind, connector: dict[str, Any], credential: dict | None,
-                    checkpoint: Any, page_in_run: int) -> Any:
-        if served.provider is None:
-            return fixture_fetch(connector["config"], checkpoint)
+    def _client(self, served: ServedKind) -> PluginClient:
         provider = served.provider
         client = self._clients.get(provider.registration_id)
         if client is None:
             client = self._clients[provider.registration_id] = PluginClient(provider.target)
+        return client
+
+    def _common(self, served: ServedKind, connector: dict[str, Any], credential: dict | None) -> dict[str, Any]:
+        """The members every connector call carries (part 2 plugin protocol, "Connector common")."""
         body = {"invocation_id": new_id("inv"), "contribution": "connector", "organization_id": connector["org_id"],
-                "configuration": provider.settings.configuration,
+                "configuration": served.provider.settings.configuration,
                 "connector": {"instance_id": connector["connector_id"], "kind": connector["kind"],
                               "corpus_id": connector["corpus_id"], "source_namespace": connector["source_namespace"],
                               "config": connector["config"]},
-                "credential": credential, "now": iso(datetime.now(timezone.utc).replace(microsecond=0)), "checkpoint": checkpoint,
-                "page_in_run": page_in_run, "reads_today": connector["reads_today"]}
+                "credential": credential, "now": iso(datetime.now(timezone.utc).replace(microsecond=0))}
         base = self.settings.connectors.public_base_url
         push = served.description.push
         if base and push is not None and push.relay:
             body["connector"]["webhook_url"] = f"{base}/v0/connector-webhooks/{connector['connector_id']}"
+        return body
+
+    async def fetch(self, served: ServedKind, connector: dict[str, Any], credential: dict | None,
+                    checkpoint: Any, page_in_run: int) -> Any:
+        if served.provider is None:
+            return fixture_fetch(connector["config"], checkpoint)
+        client = self._client(served)
+        body = {**self._common(served, connector, credential), "checkpoint": checkpoint, "page_in_run": page_in_run,
+                "reads_today": connector["reads_today"]}
         timeout = float(self.settings.connectors.fetch_timeout_seconds)
         for attempt in range(UNREACHABLE_TRIES):
             try:
@@ -304,8 +367,7 @@ class ConnectorsWorker(Projector):
             elif run["state"] == "failed":
                 stored["last_error_detail"] = {**run["error"], "at": iso(now)}
             connector["health"] = stored
-            health = {**health_of(views.facts(connector), now),
-                      **({"last_error_detail": stored["last_error_detail"]} if "last_error_detail" in stored else {})}
+            health = views.evaluated_health(connector, now)
             retry_after = outcome.get("retry_after")
             await conn.execute(
                 "UPDATE connectors SET health = %s, last_success_at = %s,"

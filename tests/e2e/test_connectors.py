@@ -45,7 +45,7 @@ def deployment(databases, tmp_path_factory):
         f'configuration = {{ allow_private_networks = true, timeout_seconds = 5 }}\n\n'
         f'[plugins.social_list]\nendpoint = "http://127.0.0.1:{free_port()}"\nversion = "0.1.0"\n'
         f'manifest = "social_list/contentsvc-plugin.json"\nlaunch = "social_list"\n'
-        f'configuration = {{ timeout_seconds = 2 }}\n\n'
+        f'configuration = {{ timeout_seconds = 2, allow_insecure_instance = true }}\n\n'
         f'[connectors]\nfixture_enabled = true\ninterval_floor_seconds = 1\n'
         f'credential_key = "{CREDENTIAL_KEY}"\npublic_base_url = "https://contentsvc.example"\n')
     url = databases.create()
@@ -417,3 +417,27 @@ def test_a_replaced_credential_is_checked_with_the_plugin(deployment, feeds):
                    "the replaced credential refused by the feed")
     assert health["last_error"]["code"] == "http_401"
     assert len(c.get(f"/v0/connectors/{cid}/runs").json()["items"]) == 1  # no run made it so
+
+
+def test_a_social_list_is_pulled_page_by_page_from_its_instance(deployment):
+    # decisions-part2 social_list: GET .../timelines/list/{list_id}?min_id=<checkpoint>&limit=40, more while a
+    # page is full; record_key = the status uri; a later run reads only what is newer
+    from tests.integration.mastodon_double import LIST_ID, TOKEN, MastodonDouble, status
+
+    double = MastodonDouble.on_fixture_port_or_any()
+    try:
+        c = client(deployment, org())
+        corpus = create_corpus(c)
+        connector = create(c, corpus, "social_list", {"instance_url": double.base_url, "list_id": LIST_ID},
+                           ns="social", credential={"secret": {"token": TOKEN}})
+        cid = connector["connector_id"]
+        [first] = finished_runs(c, cid, 1)
+        assert (first["state"], first["pages"], first["receipts_created"]) == ("succeeded", 2, 40), first
+        double.lists[LIST_ID].append(status(46, content="<p>Tug <b>Ellen</b> at berth nine</p>"))
+        request_run(c, cid)
+        second = finished_runs(c, cid, 2)[0]
+        assert (second["state"], second["receipts_created"]) == ("succeeded", 1), second
+        until(lambda: hits(c, "ellen", corpus) or None, "the newest status searchable")
+        assert all(r[1].get("authorization") == f"Bearer {TOKEN}" for r in double.requests)
+    finally:
+        double.stop()

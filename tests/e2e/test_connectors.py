@@ -441,3 +441,19 @@ def test_a_social_list_is_pulled_page_by_page_from_its_instance(deployment):
         assert all(r[1].get("authorization") == f"Bearer {TOKEN}" for r in double.requests)
     finally:
         double.stop()
+
+
+def test_a_slow_source_does_not_hold_up_other_connectors(deployment, feeds):
+    # decisions-part2 [connectors] run_concurrency: runs of different Connectors proceed at once
+    c = client(deployment, org())
+    corpus = create_corpus(c)
+    slow = create(c, corpus, "rss", {"url": f"{feeds.base_url}/slow/feeds/harbour.rss"}, ns="slow")
+    def slow_state():
+        runs = c.get(f"/v0/connectors/{slow['connector_id']}/runs").json()["items"]
+        return runs[0]["state"] if runs else None
+
+    until(lambda: slow_state() == "running" or None, "the slow run started")
+    fast = create(c, corpus, "fixture", {"items": [{"record_key": "q", "revision": "1", "text": "quick"}]}, ns="fast")
+    [run] = finished_runs(c, fast["connector_id"], 1)
+    assert run["state"] == "succeeded"
+    assert slow_state() == "running"

@@ -19,8 +19,10 @@ running, marks it `running` with the plan it starts under, and carries it out:
 - at the end, health is evaluated again (connectors/health.py) and `connector.changed` is
   committed when its state moved.
 
-One run at a time in this process; a run left `running` by a killed worker is taken up again
-(its Connector's checkpoint is the last committed page's) when the worker starts.
+Up to `[connectors] run_concurrency` runs proceed at once, one per Connector: their plugin calls
+overlap, their statements take turns on the worker's one connection. A run left `running` by a
+killed worker is taken up again (its Connector's checkpoint is the last committed page's) when a
+worker starts.
 """
 
 from __future__ import annotations
@@ -71,6 +73,10 @@ class ConnectorsWorker(Projector):
         self.plan = ActivePlan(settings)
         self._clients: dict[str, PluginClient] = {}
         self.backoff_unit = BACKOFF_UNIT_SECONDS
+        # Runs proceed side by side (plugin calls overlap); their statements take turns on the one
+        # connection the runner gives the worker.
+        self._db = asyncio.Lock()
+        self._runs: dict[str, asyncio.Task[None]] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "ConnectorsWorker":
@@ -80,6 +86,7 @@ class ConnectorsWorker(Projector):
         return IDLE_POLL_SECONDS  # schedules come due with no commit to wake the worker
 
     async def open(self, conn: AsyncConnection) -> None:
+        self._cancel_runs()  # after a reconnection: their connection is gone; they are queued again below
         # A run a killed worker left running is queued again: its checkpoint is its last committed page's.
         await conn.execute("UPDATE connector_runs SET state = 'queued' WHERE state = 'running'"
                            " AND NOT EXISTS (SELECT 1 FROM connector_runs q WHERE q.connector_id ="
@@ -88,21 +95,39 @@ class ConnectorsWorker(Projector):
                            " finished_at = now() WHERE state = 'running'")
         await conn.commit()
 
+    def _cancel_runs(self) -> None:
+        for task in self._runs.values():
+            task.cancel()
+        self._runs.clear()
+
     async def close(self) -> None:
+        self._cancel_runs()
         for client in self._clients.values():
             await client.aclose()
         self._clients.clear()
 
     async def step(self, conn: AsyncConnection) -> bool:
-        await self.plan.refresh_if_due(conn)
-        await conn.commit()
+        """Queue what the schedules made due, start runs up to `run_concurrency` (each a task that
+        outlives the step), check new credentials, and collect the runs that ended."""
+        started = []
+        async with self._db:
+            await self.plan.refresh_if_due(conn)
+            await conn.commit()
+            await self.queue_scheduled(conn)
+            while len(self._runs) + len(started) < self.settings.connectors.run_concurrency:
+                run = await self.start_next(conn)
+                if run is None:
+                    break
+                started.append(run)
+        for run in started:
+            self._runs[run["run_id"]] = asyncio.create_task(self.carry_out(conn, run))
         await self.check_credentials(conn)
-        await self.queue_scheduled(conn)
-        run = await self.start_next(conn)
-        if run is None:
-            return False
-        await self.carry_out(conn, run)
-        return True
+        for run_id, task in list(self._runs.items()):
+            if task.done():
+                del self._runs[run_id]
+                if not task.cancelled() and task.exception() is not None:
+                    log.error("connector_run_stopped", run_id=run_id, error=type(task.exception()).__name__)
+        return bool(started)
 
     # ------------------------------------------------------------ credentials
 
@@ -110,11 +135,12 @@ class ConnectorsWorker(Projector):
         """check_credential for each credential deposited or replaced since the last check: its
         `expires_at` (when the deposit named none) drives credential_expiring; a refusal of class
         `access` shows as access_error until a run or a new credential succeeds."""
-        cur = conn.cursor(row_factory=dict_row)
-        await cur.execute("SELECT * FROM connectors WHERE enabled AND credential IS NOT NULL"
-                          " AND credential_checked_version < credential_version ORDER BY connector_id LIMIT 20")
-        due = await cur.fetchall()
-        await conn.commit()
+        async with self._db:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute("SELECT * FROM connectors WHERE enabled AND credential IS NOT NULL"
+                              " AND credential_checked_version < credential_version ORDER BY connector_id LIMIT 20")
+            due = await cur.fetchall()
+            await conn.commit()
         for connector in due:
             served = self._served(connector)
             detail: dict[str, Any] | None = None
@@ -133,8 +159,9 @@ class ConnectorsWorker(Projector):
                     detail = {"code": exc.code, "message": exc.message[:1024], "error_class": exc.error_class}
                 except sealed.Unreadable:
                     detail = {"code": "credential_unreadable", "message": "no configured key opens it"}
-            await self._record_check(conn, connector["connector_id"], connector["credential_version"], detail,
-                                     expires_at)
+            async with self._db:
+                await self._record_check(conn, connector["connector_id"], connector["credential_version"], detail,
+                                         expires_at)
 
     async def _record_check(self, conn: AsyncConnection, connector_id: str, version: int,
                             detail: dict[str, Any] | None, expires_at: str | None) -> None:
@@ -214,8 +241,9 @@ class ConnectorsWorker(Projector):
         return None if description is None else ServedKind(description, provider)
 
     async def carry_out(self, conn: AsyncConnection, run: dict[str, Any]) -> None:
-        connector = await views.connector_row(conn, run["connector_id"])
-        await conn.commit()
+        async with self._db:
+            connector = await views.connector_row(conn, run["connector_id"])
+            await conn.commit()
         served = self._served(connector)
         outcome: dict[str, Any] = {"state": "succeeded"}
         try:
@@ -232,7 +260,8 @@ class ConnectorsWorker(Projector):
                 if page.not_due:
                     outcome = {"state": "skipped", "notice": "not_due"}
                     break
-                connector = await self.commit_page(conn, served, connector, run, page)
+                async with self._db:
+                    connector = await self.commit_page(conn, served, connector, run, page)
                 checkpoint = page.checkpoint
                 if page.notice is not None:
                     outcome["notice"] = page.notice
@@ -244,7 +273,8 @@ class ConnectorsWorker(Projector):
         except sealed.Unreadable:
             outcome = {"state": "failed", "error": {"code": "credential_unreadable",
                                                     "message": "no configured key opens the deposited credential"}}
-        await self.finish(conn, run, outcome)
+        async with self._db:
+            await self.finish(conn, run, outcome)
 
     def _client(self, served: ServedKind) -> PluginClient:
         provider = served.provider

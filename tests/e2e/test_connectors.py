@@ -304,8 +304,11 @@ def test_push_routes_guard_and_converge_on_receipts(deployment):
     assert_error(client(deployment, org(), actions="connector:push").post(f"{api}/ingest_key", json=items("c")),
                  404, "not_found")
 
-    # Request guards: undeclared route, size, JSON, request_schema.
+    # Request guards: undeclared route and method, size, JSON, request_schema.
     assert_error(pusher.post(f"{api}/nowhere", json=items("d")), 404, "not_found")
+    wrong_method = pusher.put(f"{api}/ingest_key", json=items("d"))
+    assert_error(wrong_method, 405, "method_not_allowed")
+    assert "POST" in wrong_method.headers["allow"]
     assert_error(pusher.post(f"{api}/ingest_key", content=b"x" * (1024 * 1024 + 1)), 413, "request_too_large")
     assert_error(pusher.post(f"{api}/ingest_key", content=b"{not json"), 400, "malformed_json")
     assert_error(pusher.post(f"{api}/ingest_key", json={"things": []}), 422, "invalid_schema")

@@ -32,6 +32,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import msgspec
+import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
@@ -273,6 +274,12 @@ class ConnectorsWorker(Projector):
         except sealed.Unreadable:
             outcome = {"state": "failed", "error": {"code": "credential_unreadable",
                                                     "message": "no configured key opens the deposited credential"}}
+        except psycopg.Error:
+            raise  # the database: the run stays `running` and is queued again when the worker reconnects
+        except Exception as exc:  # an answer the checks let through but the page could not use
+            log.error("connector_run_error", run_id=run["run_id"], error=type(exc).__name__)
+            outcome = {"state": "failed", "error": {"code": "invalid_plugin_output",
+                                                    "message": f"the answer could not be used ({type(exc).__name__})"}}
         async with self._db:
             await self.finish(conn, run, outcome)
 

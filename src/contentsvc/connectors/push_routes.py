@@ -292,11 +292,7 @@ async def push_connector_api(call: Call[None, None], connector_id: str, path: st
             try:
                 _take_token(attempt, row)
                 if route.auth == "signature":
-                    signature = check_signature({k.lower(): v for k, v in request.headers.items()}, route, time.time())
-                    prints = [push_store.fingerprint("signature", signature)]
-                    if key is not None:
-                        prints.append(push_store.fingerprint("key", key))
-                    await push_store.reserve_fingerprints(conn, connector_id, prints, route.window_seconds)
+                    await _reserve_signature(conn, connector_id, request, route, key)
                 receipts = await _bounded(_deliver(conn, settings, served, row, route, request, raw))
             except BaseException as exc:
                 if replayable:
@@ -309,6 +305,16 @@ async def push_connector_api(call: Call[None, None], connector_id: str, path: st
             return Response(answer, status_code=202, media_type="application/json")
 
         return await _audited(conn, attempt, work)
+
+
+async def _reserve_signature(conn, connector_id: str, request: Request, route: PushRoute, key: str | None) -> None:
+    """rule 12: the engine's signature and timestamp check, then the signature's (and the key's)
+    fingerprint reserved for the route's window, before the plugin is called."""
+    signature = check_signature({k.lower(): v for k, v in request.headers.items()}, route, time.time())
+    prints = [push_store.fingerprint("signature", signature)]
+    if key is not None:
+        prints.append(push_store.fingerprint("key", key))
+    await push_store.reserve_fingerprints(conn, connector_id, prints, route.window_seconds)
 
 
 def _kept(exc: BaseException) -> push_store.StoredAnswer | None:
@@ -371,10 +377,7 @@ async def _relay(call: Call, connector_id: str) -> Response:
             # GET challenges bypass the POST signature guards (rule 12).
             signed = next((r for r in served.description.push.routes if r.auth == "signature"), None)
             if signed is not None and request.method == "POST" and served.provider is not None:
-                signature = check_signature({k.lower(): v for k, v in request.headers.items()}, signed, time.time())
-                await push_store.reserve_fingerprints(conn, connector_id, [push_store.fingerprint("signature",
-                                                                                                  signature)],
-                                                      signed.window_seconds)
+                await _reserve_signature(conn, connector_id, request, signed, None)
 
             async def deliver():
                 try:

@@ -1,0 +1,83 @@
+"""What the push routes keep in PostgreSQL (part 2 "Declared push route" rules 10-12) against a real
+database: one plugin call per Idempotency-Key even when two requests race, fingerprints refused
+within their window and free after it, and the audit committed with its counters or 503."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import pytest
+from psycopg import AsyncConnection
+
+from contentsvc.connectors import push_store
+from contentsvc.domain.errors import ApiError
+
+CONNECTOR = {"connector_id": "con_push", "org_id": "org", "corpus_id": "c1"}
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def test_a_key_is_answered_once_and_replayed_after(databases):
+    url = databases.create()
+
+    async def scenario():
+        async with await AsyncConnection.connect(url) as a, await AsyncConnection.connect(url) as b:
+            first = await push_store.reserve_key(a, "con_push", "k1", "ingest", 86400)
+            assert first is None  # this request calls the plugin
+            with pytest.raises(ApiError) as racing:  # the same key while the first is under way
+                await push_store.reserve_key(b, "con_push", "k1", "ingest", 86400)
+            assert (racing.value.status, racing.value.code, racing.value.retryable) == (409, "idempotency_conflict",
+                                                                                      True)
+            await push_store.complete_key(a, "con_push", "k1", push_store.StoredAnswer(202, "application/json", b"{}"))
+            replay = await push_store.reserve_key(b, "con_push", "k1", "other_route", 86400)
+            assert replay == push_store.StoredAnswer(202, "application/json", b"{}")  # even on another route
+            # A transient failure frees its key for the retry.
+            assert await push_store.reserve_key(a, "con_push", "k2", "ingest", 86400) is None
+            await push_store.complete_key(a, "con_push", "k2", None)
+            assert await push_store.reserve_key(b, "con_push", "k2", "ingest", 86400) is None
+    run(scenario())
+
+
+def test_fingerprints_are_refused_within_their_window_only(databases):
+    url = databases.create()
+
+    async def scenario():
+        async with await AsyncConnection.connect(url) as conn:
+            prints = [push_store.fingerprint("signature", "sha256=abc")]
+            await push_store.reserve_fingerprints(conn, "con_push", prints, 300)
+            with pytest.raises(ApiError) as replayed:
+                await push_store.reserve_fingerprints(conn, "con_push", prints, 300)
+            assert replayed.value.code == "push_replayed"
+            await push_store.reserve_fingerprints(conn, "con_other", prints, 300)  # per Connector
+            await conn.execute("UPDATE connector_push_fingerprints SET expires_at = now() - interval '1 second'")
+            await conn.commit()
+            await push_store.reserve_fingerprints(conn, "con_push", prints, 300)  # the window has passed
+    run(scenario())
+
+
+def test_the_audit_commits_its_event_with_the_counters_or_answers_503(databases):
+    url = databases.create()
+
+    async def scenario():
+        async with await AsyncConnection.connect(url) as conn:
+            await push_store.record_attempt(conn, CONNECTOR, "ingest", "POST", 202, None, "127.0.0.1")
+            await push_store.record_attempt(conn, CONNECTOR, "ingest", "POST", 429, "rate_limited", "127.0.0.1",
+                                            "rate_limited")
+            counters = await push_store.counters(conn, "con_push")
+            assert (counters["received"], counters["refused"], counters["rate_limited"]) == (1, 1, 1)
+            cur = await conn.execute("SELECT kind, corpus_id, subject_type FROM journal WHERE subject_id = 'con_push'"
+                                     " ORDER BY position")
+            assert await cur.fetchall() == [("connector.push.received", "c1", "connector"),
+                                            ("connector.push.refused", "c1", "connector")]
+            await conn.commit()
+            await conn.execute("ALTER TABLE connector_push_counters RENAME TO counters_gone")  # storage fails
+            await conn.commit()
+            with pytest.raises(ApiError) as refused:
+                await push_store.record_attempt(conn, CONNECTOR, "ingest", "POST", 202, None, "127.0.0.1")
+            assert (refused.value.status, refused.value.code) == (503, "audit_unavailable")
+        with psycopg.connect(url) as check:  # nothing of the failed audit was committed
+            assert check.execute("SELECT count(*) FROM journal WHERE subject_id = 'con_push'").fetchone()[0] == 2
+    run(scenario())

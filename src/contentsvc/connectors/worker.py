@@ -61,6 +61,7 @@ from contentsvc.storage import sealed
 log = get_logger("contentsvc.connectors")
 
 UNREACHABLE_TRIES = 5  # decisions-part2 "Runs": plugin_unavailable after 5 tries for an active plugin
+# (a run pinned to a plan no longer active has `pinned_plugin_attempts` and ends pinned_plugin_unavailable)
 IDLE_POLL_SECONDS = 1.0
 BACKOFF_UNIT_SECONDS = 1.0
 PRODUCER = "contentsvc"  # the built-in kind's producer in provenance
@@ -255,7 +256,12 @@ class ConnectorsWorker(Projector):
             max_pages = min(served.description.limits.max_pages_per_run, self.settings.connectors.max_pages_per_run)
             checkpoint = connector["checkpoint"]
             while True:
-                answer = await self.fetch(served, connector, credential, checkpoint, run["pages"])
+                if served.provider is not None:
+                    async with self._db:
+                        stopped = await self._stopped(conn, run, served)
+                    if stopped:
+                        raise RunFailure("pinned_plan_stopped", "a rollback stopped the work pinned to this run's plan")
+                answer = await self.fetch(served, connector, credential, checkpoint, run)
                 page = check_page(answer, checkpoint, served.description.max_items,
                                   served.description.limits.max_checkpoint_bytes)
                 if page.not_due:
@@ -304,26 +310,42 @@ class ConnectorsWorker(Projector):
             body["connector"]["webhook_url"] = f"{base}/v0/connector-webhooks/{connector['connector_id']}"
         return body
 
+    async def _stopped(self, conn: AsyncConnection, run: dict[str, Any], served: ServedKind) -> bool:
+        """Whether a rollback with `pinned_work: stop`, later than the run's plan, left out the
+        registration the run calls (part 2, pinned work; the materializer's rule alike)."""
+        cur = await conn.execute(
+            "SELECT 1 FROM plugin_plans started JOIN plugin_plans q ON q.pinned_work = 'stop'"
+            " AND q.created_at > started.created_at"
+            " AND NOT q.roles @> jsonb_build_array(jsonb_build_object('registration_id', %s::text))"
+            " WHERE started.plan_id = %s LIMIT 1", (served.provider.registration_id, run["plan_id"]))
+        stopped = await cur.fetchone() is not None
+        await conn.commit()
+        return stopped
+
     async def fetch(self, served: ServedKind, connector: dict[str, Any], credential: dict | None,
-                    checkpoint: Any, page_in_run: int) -> Any:
+                    checkpoint: Any, run: dict[str, Any]) -> Any:
         if served.provider is None:
             return fixture_fetch(connector["config"], checkpoint)
         client = self._client(served)
-        body = {**self._common(served, connector, credential), "checkpoint": checkpoint, "page_in_run": page_in_run,
-                "reads_today": connector["reads_today"]}
+        body = {**self._common(served, connector, credential), "checkpoint": checkpoint,
+                "page_in_run": run["pages"], "reads_today": connector["reads_today"]}
         timeout = float(self.settings.connectors.fetch_timeout_seconds)
-        for attempt in range(UNREACHABLE_TRIES):
+        # A run whose plan is no longer the active one is pinned work: its own budget and code.
+        pinned = run["plan_id"] != self.plan.plan_id
+        tries = self.settings.pinned_plugin_attempts if pinned else UNREACHABLE_TRIES
+        for attempt in range(tries):
             try:
                 return await client.invoke("connector/fetch", body, timeout)
             except PluginFailed as exc:
-                if exc.retryable and exc.error_class == "transient" and attempt + 1 < UNREACHABLE_TRIES \
+                if exc.retryable and exc.error_class == "transient" and attempt + 1 < tries \
                         and exc.retry_after_seconds is None:
                     await asyncio.sleep(backoff_delay(attempt, self.backoff_unit))
                     continue
                 raise RunFailure(exc.code, exc.message, exc.error_class, exc.retry_after_seconds) from None
             except PluginUnreachable as exc:
-                if attempt + 1 == UNREACHABLE_TRIES:
-                    raise RunFailure("plugin_unavailable", str(exc)) from None
+                if attempt + 1 == tries:
+                    raise RunFailure("pinned_plugin_unavailable" if pinned else "plugin_unavailable",
+                                     str(exc)) from None
                 await asyncio.sleep(backoff_delay(attempt, self.backoff_unit))
         raise AssertionError("unreachable")
 

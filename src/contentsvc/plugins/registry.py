@@ -152,11 +152,18 @@ async def pinned_work(conn: AsyncConnection, registration_id: str) -> int:
     """Unfinished work pinned to a plan that names the registration while that plan is not active
     (decisions-part2): receipt processing, connector runs, rebuilds and backfills record the plan
     they started under. Receipt processing waiting for a normalizer records its plan and
-    registration (materializer_deferred); other kinds of work add their tables here."""
+    registration (materializer_deferred); a connector run records its plan (connector_runs)."""
     active = await active_plan(conn)
+    active_id = active.plan_id if active else None
     cur = await conn.execute("SELECT count(*) FROM materializer_deferred WHERE registration_id = %s"
-                             " AND plan_id IS DISTINCT FROM %s", (registration_id, active.plan_id if active else None))
-    return (await cur.fetchone())[0]
+                             " AND plan_id IS DISTINCT FROM %s", (registration_id, active_id))
+    deferred = (await cur.fetchone())[0]
+    # Connector runs under way on a plan that names the registration (connectors/worker.py).
+    cur = await conn.execute(
+        "SELECT count(*) FROM connector_runs r JOIN plugin_plans p ON p.plan_id = r.plan_id"
+        " WHERE r.state = 'running' AND r.plan_id IS DISTINCT FROM %s"
+        " AND p.roles @> jsonb_build_array(jsonb_build_object('registration_id', %s::text))", (active_id, registration_id))
+    return deferred + (await cur.fetchone())[0]
 
 
 # ---------------------------------------------------------------- plans

@@ -460,3 +460,17 @@ def test_a_slow_source_does_not_hold_up_other_connectors(deployment, feeds):
     [run] = finished_runs(c, fast["connector_id"], 1)
     assert run["state"] == "succeeded"
     assert slow_state() == "running"
+
+
+SECRETS = ("s3cret-token-value", "another-secret", "right-token", "revoked-token", "hub-secret", "list-token",
+           "fixture-token", "fixture-social-token-1", CREDENTIAL_KEY)
+
+
+def test_zz_no_credential_or_token_reaches_the_log(deployment):
+    # decisions-part2 "Logging": never logged: instance tokens, credential secrets and fixture credentials,
+    # authorization headers, push bodies. Runs last in this module: every test above deposited or sent these.
+    server, _ = deployment
+    log = server.log_path.read_text(errors="replace")
+    assert "connector_run" in log and "connector_push" in log  # the runs and pushes above are in it
+    assert [s for s in SECRETS if s in log] == []
+    assert "cit_" not in log

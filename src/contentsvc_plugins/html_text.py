@@ -38,8 +38,9 @@ class _Collector(HTMLParser):
 
 
 def html_to_text(html: str) -> str:
-    collector = _Collector()
-    collector.feed(html)
-    collector.close()
-    text = _SPACES.sub(" ", "".join(collector.chunks))
-    return _BREAKS.sub("\n", text).strip()
+    if "<" in html or "&" in html:  # markup or entities: parse; plain text (most feed titles) needs no parser
+        collector = _Collector()
+        collector.feed(html)
+        collector.close()
+        html = "".join(collector.chunks)
+    return _BREAKS.sub("\n", _SPACES.sub(" ", html)).strip()

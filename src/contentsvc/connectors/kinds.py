@@ -83,12 +83,23 @@ class ServedKind:
         return entry
 
 
+# Plans and registrations never change once committed: a plan's kinds are read once per process.
+_by_plan: dict[tuple[str | None, bool], dict[str, ServedKind]] = {}
+
+
 async def served_kinds(conn: AsyncConnection, settings: Settings) -> dict[str, ServedKind]:
     """Every kind new Connectors may use now, by name, sorted."""
+    plan = await registry.active_plan(conn)
+    key = (plan.plan_id if plan else None, settings.connectors.fixture_enabled)
+    if key not in _by_plan:
+        _by_plan[key] = await _plan_kinds(conn, settings, plan)
+    return _by_plan[key]
+
+
+async def _plan_kinds(conn: AsyncConnection, settings: Settings, plan: registry.Plan | None) -> dict[str, ServedKind]:
     served: dict[str, ServedKind] = {}
     if settings.connectors.fixture_enabled:
         served[FIXTURE] = ServedKind(FIXTURE_KIND, None)
-    plan = await registry.active_plan(conn)
     for role in (plan.roles if plan else []):
         if not role.role.startswith(ROLE_PREFIX):
             continue

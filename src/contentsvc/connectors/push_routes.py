@@ -223,7 +223,10 @@ async def _ingest(conn, served: ServedKind, row: dict[str, Any], items: list[dic
 
 
 async def _mark_push_active(conn, row: dict[str, Any]) -> None:
+    """health.push becomes `active` at the first accepted push (written once, not at every push)."""
     health = dict(row["health"])
+    if (health.get("push") or {}).get("state") == "active":
+        return
     push = dict(health.get("push") or {})
     push.update(state="active", last_delivery_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     push.pop("error", None)

@@ -224,16 +224,13 @@ async def _ingest(conn, served: ServedKind, row: dict[str, Any], items: list[dic
 
 async def _mark_push_active(conn, row: dict[str, Any]) -> None:
     """health.push becomes `active` at the first accepted push (written once, not at every push)."""
-    health = dict(row["health"])
-    if (health.get("push") or {}).get("state") == "active":
+    if ((row["health"] or {}).get("push") or {}).get("state") == "active":
         return
-    push = dict(health.get("push") or {})
-    push.update(state="active", last_delivery_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    push.pop("error", None)
-    health["push"] = push
-    async with conn.transaction():
-        await conn.execute("UPDATE connectors SET health = %s WHERE connector_id = %s",
-                           (Jsonb(health), row["connector_id"]))
+    moved = {"state": "active", "last_delivery_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    async with conn.transaction():  # only health.push: the worker may be writing the rest of health
+        await conn.execute("UPDATE connectors SET health = jsonb_set(health, '{push}',"
+                           " (coalesce(health->'push', '{}'::jsonb) - 'error') || %s) WHERE connector_id = %s",
+                           (Jsonb(moved), row["connector_id"]))
 
 
 async def _audited(conn, attempt: Attempt, work) -> Response:

@@ -363,6 +363,10 @@ def test_rate_and_address_guards_refuse_before_the_plugin(deployment):
     fenced = fixture_push(c, corpus, "fenced", push_policy={"allowed_cidrs": ["10.0.0.0/8"]})
     assert_error(pusher.post(f"/v0/connectors/{fenced['connector_id']}/api/ingest_key", json=items("x")), 403,
                  "ip_not_allowed")
+    # A forged X-Forwarded-For from a peer that is not a trusted proxy is ignored.
+    forged = pusher.post(f"/v0/connectors/{fenced['connector_id']}/api/ingest_key", json=items("x"),
+                         headers={"x-forwarded-for": "10.1.2.3"})
+    assert_error(forged, 403, "ip_not_allowed")
     counters = c.get(f"/v0/connectors/{slow['connector_id']}").json()["push_counters"]
     assert counters["rate_limited"] == 1 and counters["refused"] == 1
 

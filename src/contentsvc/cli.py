@@ -151,7 +151,11 @@ def cmd_serve(args, settings: Settings) -> int:
             _say_if_the_embedding_model_is_missing(settings)
             config = uvicorn.Config(create_app(settings, url, settings.public_base_url(host, port)),
                                     log_config=None, log_level="warning",
-                                    access_log=False, timeout_graceful_shutdown=2)
+                                    access_log=False, timeout_graceful_shutdown=2,
+                                    # The client address is the socket peer: X-Forwarded-For counts only
+                                    # from [connectors] trusted_proxies (connectors/push_guards.py), never
+                                    # from uvicorn's default of trusting loopback.
+                                    proxy_headers=False)
             _leave_signals_to_uvicorn()
             uvicorn.Server(config).run(sockets=[listener])
     except HomeInUse as exc:

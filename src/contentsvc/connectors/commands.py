@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import ipaddress
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Iterable
+
+import msgspec
 
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from contentsvc.auth.principal import Principal
 from contentsvc.commands import idempotency
+from contentsvc.commands.records import Accepted, SourceCommand, accept_in_transaction
 from contentsvc.config import Settings
 from contentsvc.connectors import views
 from contentsvc.connectors.credentials import credentials_unavailable, seal_credential
@@ -29,11 +32,13 @@ from contentsvc.connectors.events import (
     ConnectorRunChanged,
 )
 from contentsvc.connectors.health import health_of
-from contentsvc.connectors.kinds import ServedKind, served_kind
+from contentsvc.connectors.kinds import ServedKind, served_kind, served_kinds
+from contentsvc.connectors.pages import item_command
 from contentsvc.connectors.shapes import ConnectorCreate, connector_disabled, CredentialReplace, HealthPolicy, PushPolicy, RunRequest
 from contentsvc.domain.canonical import request_digest
 from contentsvc.domain.clock import iso
 from contentsvc.domain.errors import ApiError, not_found
+from contentsvc.domain.models import IngestCommand
 from contentsvc.ids import new_id
 from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
@@ -41,6 +46,7 @@ from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.plugins.manifest import validate_against
 from contentsvc.readmodel.corpora import existing_corpora
 from contentsvc.storage import sealed
+from contentsvc.storage.database import database_now
 
 CONNECTOR = "connector"  # idempotency families (decisions-part2)
 RUN = "connector_run"
@@ -128,10 +134,6 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=timezone.utc)
 
 
-async def _now(conn: AsyncConnection) -> datetime:
-    return (await (await conn.execute("SELECT now()")).fetchone())[0]
-
-
 def changed_event(row: dict[str, Any], change: str, now: datetime, **details: Any) -> NewEvent:
     payload = ConnectorChanged(connector_id=row["connector_id"], change=change, changed_at=iso(now),
                                health_state=row["health"]["state"])
@@ -187,7 +189,7 @@ async def create_connector(conn: AsyncConnection, settings: Settings, p: Princip
         if await cur.fetchone() is not None:
             raise ApiError(409, "namespace_in_use", "Another enabled Connector writes this Corpus's source namespace.",
                            field="/source_namespace")
-        now = await _now(conn)
+        now = await database_now(conn)
         credential, expires = None, None
         if req.credential is not None:
             credential = seal_credential(settings, connector_id, 1, req.credential.secret)
@@ -229,7 +231,7 @@ async def disable_connector(conn: AsyncConnection, p: Principal, connector_id: s
         row = await _locked(conn, p, connector_id)
         if not row["enabled"]:
             return
-        now = await _now(conn)
+        now = await database_now(conn)
         row["enabled"] = False
         health = views.evaluated_health(row, now)
         await conn.execute("UPDATE connectors SET enabled = false, disabled_at = %s, next_run_at = NULL,"
@@ -248,7 +250,7 @@ async def disable_connector(conn: AsyncConnection, p: Principal, connector_id: s
 
 
 async def replace_credential(conn: AsyncConnection, settings: Settings, p: Principal, connector_id: str,
-                             req: CredentialReplace, served: ServedKind | None) -> None:
+                             req: CredentialReplace) -> None:
     """version + 1 (family `connector_credential:{id}`); 503 without a key, 409 once disabled."""
     async with journal_transaction(conn):
         row = await _locked(conn, p, connector_id)
@@ -261,10 +263,11 @@ async def replace_credential(conn: AsyncConnection, settings: Settings, p: Princ
                                             200, "connector", connector_id)
         if prior is not None:
             return
-        if served is not None:
+        served = (await served_kinds(conn, settings)).get(row["kind"])
+        if served is not None:  # a kind no longer served keeps its credential replaceable
             check_credential_shape(served, req.secret, True)
         version = row["credential_version"] + 1
-        now = await _now(conn)
+        now = await database_now(conn)
         stored = seal_credential(settings, connector_id, version, req.secret)
         row["credential_expires_at"] = _utc(req.expires_at)
         health = views.evaluated_health(row, now)
@@ -286,7 +289,7 @@ async def change_schedule(conn: AsyncConnection, settings: Settings, p: Principa
             raise connector_disabled()
         if row["interval_seconds"] == interval:
             return
-        now = await _now(conn)
+        now = await database_now(conn)
         last = row["last_scheduled_start"]
         next_run = now if last is None else max(now, last + timedelta(seconds=interval))
         await conn.execute("UPDATE connectors SET interval_seconds = %s, next_run_at = %s, revision = revision + 1"
@@ -312,7 +315,7 @@ async def request_run(conn: AsyncConnection, settings: Settings, p: Principal, c
         existing = await queued.fetchone()
         if existing is not None:
             return await views.run_row(conn, connector_id, existing[0])
-        now = await _now(conn)
+        now = await database_now(conn)
         floor = timedelta(seconds=settings.connectors.interval_floor_seconds)
         candidates = [now, row["retry_after_until"],
                       None if row["last_run_started_at"] is None else row["last_run_started_at"] + floor]
@@ -333,3 +336,42 @@ async def queue_run(conn: AsyncConnection, row: dict[str, Any], trigger: str, ru
                        (run["run_id"], run["connector_id"], run["org_id"], run["corpus_id"], trigger, run_at))
     await append(conn, [run_event(run, now)])
     return run
+
+
+# ---------------------------------------------------------------- items, pulled or pushed
+
+PRODUCER = "contentsvc"  # provenance producer of the built-in kind's items
+
+
+def connector_principal(row: dict[str, Any]) -> Principal:
+    """Who ingests a Connector's items: its Organization, writing its Corpus only."""
+    return Principal(key_id=f"connector:{row['connector_id']}", org_id=row["org_id"],
+                     actions=frozenset({"content:write"}), corpora=frozenset({row["corpus_id"]}))
+
+
+async def accept_items(conn: AsyncConnection, served: ServedKind, row: dict[str, Any], items: list[dict[str, Any]],
+                       invalid: Iterable[int] = ()) -> list[Accepted | ApiError]:
+    """Each item as the ingest or withdrawal command a client would send (keys
+    `con:{connector_id}:{record_key}:{revision}`, so pulled and pushed items converge on one
+    Receipt), accepted inside the caller's journal transaction; the results in item order. An
+    item that is not a valid item (or is listed in `invalid`) is 422 item_rejected."""
+    producer = served.plugin_id or PRODUCER
+    version = served.provider.version if served.provider else None
+    invalid = set(invalid)
+    commands: list[SourceCommand | ApiError] = []
+    for n, item in enumerate(items):
+        try:
+            if n in invalid:
+                raise msgspec.ValidationError("the item breaks the fetch protocol")
+            commands.append(item_command(row, producer, version, item))
+        except (msgspec.ValidationError, KeyError, TypeError):
+            commands.append(ApiError(422, "item_rejected", "The item is not a valid connector item."))
+    results: list[Accepted | ApiError | None] = [c if isinstance(c, ApiError) else None for c in commands]
+    principal = connector_principal(row)
+    for family, ingest in (("ingest", True), ("withdrawal", False)):
+        picked = [i for i, c in enumerate(commands) if results[i] is None and isinstance(c, IngestCommand) == ingest]
+        if picked:
+            accepted = await accept_in_transaction(conn, principal, [commands[i] for i in picked], family)
+            for i, result in zip(picked, accepted):
+                results[i] = result
+    return results  # type: ignore[return-value]

@@ -9,13 +9,17 @@ reserved and any other kind is 422 unsupported_connector_kind.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
 from psycopg import AsyncConnection
 
 from contentsvc.config import Settings
+from contentsvc.connectors.shapes import webhook_url
+from contentsvc.domain.clock import iso
 from contentsvc.domain.errors import ApiError
+from contentsvc.ids import new_id
 from contentsvc.plugins import registry
 from contentsvc.plugins.manifest import ConnectorKind
 from contentsvc.plugins.plans import Provider, load_provider
@@ -82,6 +86,24 @@ class ServedKind:
             entry["credential_schema"] = d.credential_schema
         return entry
 
+    def call_body(self, row: dict[str, Any], credential: dict | None, public_base_url: str | None) -> dict[str, Any]:
+        """The members every call to the kind's plugin carries (part 2 plugin protocol, connector
+        common members, with `connector` as fetch sends it)."""
+        connector = {"instance_id": row["connector_id"], "kind": row["kind"], "corpus_id": row["corpus_id"],
+                     "source_namespace": row["source_namespace"], "config": row["config"]}
+        if public_base_url and self.description.push is not None and self.description.push.relay:
+            connector["webhook_url"] = webhook_url(public_base_url, row["connector_id"])
+        return {"invocation_id": new_id("inv"), "contribution": "connector", "organization_id": row["org_id"],
+                "configuration": self.provider.settings.configuration, "connector": connector,
+                "credential": credential, "now": iso(datetime.now(timezone.utc).replace(microsecond=0))}
+
+
+def served_by(provider: Provider | None, kind: str) -> ServedKind | None:
+    """The kind as the provider's manifest declares it; None when it declares no such kind."""
+    contribution = provider.manifest.contributions.connector if provider else None
+    description = next((k for k in (contribution.kinds if contribution else []) if k.kind == kind), None)
+    return None if description is None else ServedKind(description, provider)
+
 
 # Plans and registrations never change once committed: a plan's kinds are read once per process.
 _by_plan: dict[tuple[str | None, bool], dict[str, ServedKind]] = {}
@@ -103,12 +125,10 @@ async def _plan_kinds(conn: AsyncConnection, settings: Settings, plan: registry.
     for role in (plan.roles if plan else []):
         if not role.role.startswith(ROLE_PREFIX):
             continue
-        provider = await load_provider(conn, settings, role.registration_id)
-        contribution = provider.manifest.contributions.connector if provider else None
         name = role.role.removeprefix(ROLE_PREFIX)
-        description = next((k for k in (contribution.kinds if contribution else []) if k.kind == name), None)
-        if description is not None:
-            served[name] = ServedKind(description, provider)
+        found = served_by(await load_provider(conn, settings, role.registration_id), name)
+        if found is not None:
+            served[name] = found
     return dict(sorted(served.items()))
 
 

@@ -26,12 +26,13 @@ from psycopg.types.json import Jsonb
 
 from contentsvc.api.http import read_body, services
 from contentsvc.api.routes import Call, Stream, operation
-from contentsvc.auth.principal import Principal, bearer_secret, load_principal
-from contentsvc.commands.records import Accepted, accept_source_commands
+from contentsvc.auth.principal import bearer_secret, load_principal
+from contentsvc.commands.records import Accepted
 from contentsvc.connectors import instance_tokens, push_store, views
+from contentsvc.connectors.commands import accept_items, connector_principal
 from contentsvc.connectors.credentials import open_credential
 from contentsvc.connectors.kinds import ServedKind, served_kinds
-from contentsvc.connectors.pages import fixture_item, item_command
+from contentsvc.connectors.pages import fixture_item
 from contentsvc.connectors.push_guards import (
     MAX_BODY_BYTES,
     RateLimits,
@@ -45,8 +46,7 @@ from contentsvc.connectors.push_guards import (
 )
 from contentsvc.connectors.shapes import PushAccepted
 from contentsvc.domain.errors import ApiError, not_found
-from contentsvc.domain.models import IngestCommand
-from contentsvc.ids import new_id
+from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
 from contentsvc.plugins.client import PluginClient, PluginUnreachable, plugin_error
 from contentsvc.plugins.manifest import PushRoute, validate_against
@@ -98,11 +98,6 @@ async def _instance(conn, settings, connector_id: str) -> tuple[dict[str, Any], 
     return row, served
 
 
-def _principal(row: dict[str, Any]) -> Principal:
-    return Principal(key_id=f"connector:{row['connector_id']}", org_id=row["org_id"],
-                     actions=frozenset({"content:write"}), corpora=frozenset({row["corpus_id"]}))
-
-
 async def _authorize(conn, request: Request, row: dict[str, Any], route: PushRoute) -> None:
     """rule 2: a service key with connector:push on the instance's Corpus, or this instance's token."""
     secret = bearer_secret(request.headers.get("authorization"))
@@ -140,11 +135,7 @@ async def _receive(settings, served: ServedKind, row: dict[str, Any], route_name
     client = _clients.get(provider.registration_id)
     if client is None:
         client = _clients[provider.registration_id] = PluginClient(provider.target)
-    body = {"invocation_id": new_id("inv"), "contribution": "connector", "organization_id": row["org_id"],
-            "configuration": provider.settings.configuration, "credential": credential,
-            "connector": {"instance_id": row["connector_id"], "kind": row["kind"], "corpus_id": row["corpus_id"],
-                          "source_namespace": row["source_namespace"], "config": row["config"]},
-            "route": route_name,
+    body = {**served.call_body(row, credential, settings.connectors.public_base_url), "route": route_name,
             "request": {"method": request.method, "path": request.url.path, "query": request.url.query or "",
                         "headers": relayed_headers(list(request.headers.items())),
                         "body_base64": base64.b64encode(raw).decode()}}
@@ -197,26 +188,14 @@ def _fixture_receive(row: dict[str, Any], credential: dict | None, route_name: s
 
 
 async def _ingest(conn, served: ServedKind, row: dict[str, Any], items: list[dict]) -> list[dict]:
-    """The items through the ingestion path, in item order; a refused one is 422 item_rejected."""
-    producer = served.plugin_id or "contentsvc"
-    version = served.provider.version if served.provider else None
-    commands = []
-    for item in items:
-        try:
-            commands.append(item_command(row, producer, version, item))
-        except (msgspec.ValidationError, KeyError, TypeError):
-            raise ApiError(422, "item_rejected", "An item of the plugin's answer is not a valid item.") from None
-    principal = _principal(row)
-    results: list[Any] = [None] * len(commands)
-    for family, is_ingest in (("ingest", True), ("withdrawal", False)):
-        picked = [i for i, c in enumerate(commands) if isinstance(c, IngestCommand) == is_ingest]
-        if picked:
-            for i, result in zip(picked, await accept_source_commands(conn, principal, [commands[i] for i in picked],
-                                                                       family)):
-                results[i] = result
+    """The items through the ingestion path; their Receipts in item order (rule 7: a refused item is
+    422 item_rejected, while the others may already be accepted)."""
+    async with journal_transaction(conn):
+        results = await accept_items(conn, served, row, items)
     refused = next((r for r in results if isinstance(r, ApiError)), None)
     if refused is not None:
         raise ApiError(422, "item_rejected", f"An item was refused: {refused.code}: {refused.message}")
+    principal = connector_principal(row)
     ids = [r.receipt_id for r in results if isinstance(r, Accepted)]
     receipts = await load_receipts(conn, principal, ids)
     return [msgspec.to_builtins(receipts[i]) for i in ids]

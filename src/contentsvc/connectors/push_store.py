@@ -10,14 +10,14 @@
 - the audit: `connector.push.received` or `.refused` and the Connector's push counters, in one
   transaction committed before the answer leaves; if it cannot be written, 503 `audit_unavailable`.
 
-Expired rows are ignored on read and swept by `sweep`.
+Expired rows are ignored on read; the connectors worker calls `sweep` once a minute.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import psycopg
 from psycopg import AsyncConnection
@@ -28,6 +28,7 @@ from contentsvc.domain.errors import ApiError
 from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
+from contentsvc.storage.database import database_now
 
 
 @dataclass(frozen=True)
@@ -42,15 +43,11 @@ def audit_unavailable() -> ApiError:
                     headers={"Retry-After": "5"})
 
 
-async def _now(conn: AsyncConnection) -> datetime:
-    return (await (await conn.execute("SELECT now()")).fetchone())[0]
-
-
 async def reserve_key(conn: AsyncConnection, connector_id: str, key: str, route: str,
                       ttl_seconds: int) -> StoredAnswer | None:
     """None: the key is this request's now. A stored answer: replay it. Under way elsewhere: 409."""
     async with conn.transaction():
-        now = await _now(conn)
+        now = await database_now(conn)
         await conn.execute("DELETE FROM connector_push_replays WHERE connector_id = %s AND idempotency_key = %s"
                            " AND expires_at <= %s", (connector_id, key, now))
         cur = await conn.execute(
@@ -89,7 +86,7 @@ async def reserve_fingerprints(conn: AsyncConnection, connector_id: str, fingerp
     """All or none, committed before the plugin is called; any one seen within the window: 409."""
     try:
         async with conn.transaction():
-            now = await _now(conn)
+            now = await database_now(conn)
             await conn.execute("DELETE FROM connector_push_fingerprints WHERE connector_id = %s AND expires_at <= %s",
                                (connector_id, now))
             for value in fingerprints:
@@ -110,7 +107,7 @@ async def record_attempt(conn: AsyncConnection, connector: dict, route: str, met
     `counter` names the counter an attempt bumps besides received/refused (replayed, rate_limited)."""
     try:
         async with journal_transaction(conn):
-            now = await _now(conn)
+            now = await database_now(conn)
             received = 200 <= status < 300
             payload_type = ConnectorPushReceived if received else ConnectorPushRefused
             payload = payload_type(connector_id=connector["connector_id"], route=route, method=method, status=status,

@@ -111,9 +111,7 @@ async def disable_connector(call: Call[ActionRequest | None, None], connector_id
 async def replace_connector_credential(call: Call[CredentialReplace, None], connector_id: str) -> Response:
     svc = services(call.request)
     async with svc.pool.connection() as conn:
-        row = await views.visible_connector(conn, call.principal, connector_id)
-        served = (await served_kinds(conn, svc.settings)).get(row["kind"]) if row else None
-        await commands.replace_credential(conn, svc.settings, call.principal, connector_id, call.body, served)
+        await commands.replace_credential(conn, svc.settings, call.principal, connector_id, call.body)
     return respond(await _view(call, connector_id))
 
 

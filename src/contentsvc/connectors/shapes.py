@@ -15,6 +15,11 @@ Namespace = Annotated[str, Meta(min_length=1, max_length=200)]
 PAGE_DEFAULT, PAGE_MAX = 20, 100
 
 
+def webhook_url(public_base_url: str, connector_id: str) -> str:
+    """A push kind's relay address (decisions-part2 "Create, read, list")."""
+    return f"{public_base_url}/v0/connector-webhooks/{connector_id}"
+
+
 def connector_disabled() -> ApiError:
     return ApiError(409, "connector_disabled", "The Connector is disabled; disabling is final in v0.")
 

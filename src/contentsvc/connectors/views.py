@@ -11,7 +11,7 @@ from psycopg.rows import dict_row
 from contentsvc.auth.principal import Principal
 from contentsvc.config import Settings
 from contentsvc.connectors.health import Facts, health_of
-from contentsvc.connectors.shapes import Connector, CredentialMetadata, Run
+from contentsvc.connectors.shapes import Connector, CredentialMetadata, Run, webhook_url
 from contentsvc.domain.clock import iso
 
 
@@ -71,7 +71,7 @@ def connector_view(settings: Settings, row: dict[str, Any], relay: bool) -> Conn
             expires_at=iso(row["credential_expires_at"]) if row["credential_expires_at"] else None)
     base = settings.connectors.public_base_url
     if relay and base:
-        view.webhook_url = f"{base}/v0/connector-webhooks/{row['connector_id']}"
+        view.webhook_url = webhook_url(base, row["connector_id"])
     return view
 
 

@@ -28,28 +28,25 @@ worker starts.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+import time
+from datetime import datetime, timedelta
 from typing import Any
 
-import msgspec
 import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from contentsvc.auth.principal import Principal
-from contentsvc.commands.records import Accepted, accept_in_transaction
+from contentsvc.commands.records import Accepted
 from contentsvc.config import Settings
-from contentsvc.connectors import views
-from contentsvc.connectors.commands import changed_event, queue_run, run_event
+from contentsvc.connectors import push_store, views
+from contentsvc.connectors.commands import accept_items, changed_event, queue_run, run_event
 from contentsvc.connectors.credentials import open_credential
 from contentsvc.connectors.health import moved
-from contentsvc.connectors.kinds import FIXTURE, FIXTURE_KIND, ROLE_PREFIX, ServedKind
-from contentsvc.connectors.pages import Page, RunFailure, check_page, fixture_fetch, item_command
+from contentsvc.connectors.kinds import FIXTURE, FIXTURE_KIND, ROLE_PREFIX, ServedKind, served_by
+from contentsvc.connectors.pages import Page, RunFailure, check_page, fixture_fetch
 from contentsvc.domain.clock import iso
 from contentsvc.domain.errors import ApiError
-from contentsvc.domain.models import IngestCommand
-from contentsvc.ids import new_id
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
@@ -57,14 +54,15 @@ from contentsvc.plugins.client import PluginClient, PluginFailed, PluginUnreacha
 from contentsvc.plugins.plans import ActivePlan
 from contentsvc.projectors.base import Projector
 from contentsvc.storage import sealed
+from contentsvc.storage.database import database_now
 
 log = get_logger("contentsvc.connectors")
 
 UNREACHABLE_TRIES = 5  # decisions-part2 "Runs": plugin_unavailable after 5 tries for an active plugin
 # (a run pinned to a plan no longer active has `pinned_plugin_attempts` and ends pinned_plugin_unavailable)
 IDLE_POLL_SECONDS = 1.0
+SWEEP_SECONDS = 60.0  # expired push replays and fingerprints go this often
 BACKOFF_UNIT_SECONDS = 1.0
-PRODUCER = "contentsvc"  # the built-in kind's producer in provenance
 
 
 class ConnectorsWorker(Projector):
@@ -79,6 +77,7 @@ class ConnectorsWorker(Projector):
         # connection the runner gives the worker.
         self._db = asyncio.Lock()
         self._runs: dict[str, asyncio.Task[None]] = {}
+        self._swept = 0.0  # monotonic time of the last sweep of expired push replays and fingerprints
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "ConnectorsWorker":
@@ -110,7 +109,8 @@ class ConnectorsWorker(Projector):
 
     async def step(self, conn: AsyncConnection) -> bool:
         """Queue what the schedules made due, start runs up to `run_concurrency` (each a task that
-        outlives the step), check new credentials, and collect the runs that ended."""
+        outlives the step), check new credentials, collect the runs that ended, and once a minute
+        sweep expired push replays and fingerprints."""
         started = []
         async with self._db:
             await self.plan.refresh_if_due(conn)
@@ -121,6 +121,9 @@ class ConnectorsWorker(Projector):
                 if run is None:
                     break
                 started.append(run)
+            if time.monotonic() >= self._swept + SWEEP_SECONDS:
+                await push_store.sweep(conn)
+                self._swept = time.monotonic()
         for run in started:
             self._runs[run["run_id"]] = asyncio.create_task(self.carry_out(conn, run))
         await self.check_credentials(conn)
@@ -152,7 +155,7 @@ class ConnectorsWorker(Projector):
                     credential = open_credential(self.settings, connector["connector_id"],
                                                  connector["credential_version"], connector["credential"])
                     answer = await self._client(served).invoke(
-                        "connector/check_credential", self._common(served, connector, credential),
+                        "connector/check_credential", served.call_body(connector, credential, self.settings.connectors.public_base_url),
                         float(self.settings.connectors.fetch_timeout_seconds))
                     expires_at = answer.get("expires_at") if isinstance(answer.get("expires_at"), str) else None
                 except PluginUnreachable:
@@ -171,7 +174,7 @@ class ConnectorsWorker(Projector):
             connector = await views.connector_row(conn, connector_id, lock=True)
             if connector["credential_version"] != version:
                 return  # replaced meanwhile: the new one is checked next
-            now = (await (await conn.execute("SELECT now()")).fetchone())[0]
+            now = await database_now(conn)
             if expires_at is not None and connector["credential_expires_at"] is None:
                 connector["credential_expires_at"] = datetime.fromisoformat(expires_at.replace("Z", "+00:00"))
             stored = dict(connector["health"])
@@ -235,12 +238,7 @@ class ConnectorsWorker(Projector):
     def _served(self, connector: dict[str, Any]) -> ServedKind | None:
         if connector["kind"] == FIXTURE:
             return ServedKind(FIXTURE_KIND, None) if self.settings.connectors.fixture_enabled else None
-        provider = self.plan.provider(ROLE_PREFIX + connector["kind"])
-        if provider is None or provider.manifest.contributions.connector is None:
-            return None
-        description = next((k for k in provider.manifest.contributions.connector.kinds
-                            if k.kind == connector["kind"]), None)
-        return None if description is None else ServedKind(description, provider)
+        return served_by(self.plan.provider(ROLE_PREFIX + connector["kind"]), connector["kind"])
 
     async def carry_out(self, conn: AsyncConnection, run: dict[str, Any]) -> None:
         async with self._db:
@@ -296,20 +294,6 @@ class ConnectorsWorker(Projector):
             client = self._clients[provider.registration_id] = PluginClient(provider.target)
         return client
 
-    def _common(self, served: ServedKind, connector: dict[str, Any], credential: dict | None) -> dict[str, Any]:
-        """The members every connector call carries (part 2 plugin protocol, "Connector common")."""
-        body = {"invocation_id": new_id("inv"), "contribution": "connector", "organization_id": connector["org_id"],
-                "configuration": served.provider.settings.configuration,
-                "connector": {"instance_id": connector["connector_id"], "kind": connector["kind"],
-                              "corpus_id": connector["corpus_id"], "source_namespace": connector["source_namespace"],
-                              "config": connector["config"]},
-                "credential": credential, "now": iso(datetime.now(timezone.utc).replace(microsecond=0))}
-        base = self.settings.connectors.public_base_url
-        push = served.description.push
-        if base and push is not None and push.relay:
-            body["connector"]["webhook_url"] = f"{base}/v0/connector-webhooks/{connector['connector_id']}"
-        return body
-
     async def _stopped(self, conn: AsyncConnection, run: dict[str, Any], served: ServedKind) -> bool:
         """Whether a rollback with `pinned_work: stop`, later than the run's plan, left out the
         registration the run calls (part 2, pinned work; the materializer's rule alike)."""
@@ -327,7 +311,7 @@ class ConnectorsWorker(Projector):
         if served.provider is None:
             return fixture_fetch(connector["config"], checkpoint)
         client = self._client(served)
-        body = {**self._common(served, connector, credential), "checkpoint": checkpoint,
+        body = {**served.call_body(connector, credential, self.settings.connectors.public_base_url), "checkpoint": checkpoint,
                 "page_in_run": run["pages"], "reads_today": connector["reads_today"]}
         timeout = float(self.settings.connectors.fetch_timeout_seconds)
         # A run whose plan is no longer the active one is pinned work: its own budget and code.
@@ -353,34 +337,12 @@ class ConnectorsWorker(Projector):
                           run: dict[str, Any], page: Page) -> dict[str, Any]:
         """The page's Receipts, checkpoint, counters and run row in one transaction; the Connector
         as it is after it (`enabled` false when disabled meanwhile)."""
-        producer = served.plugin_id or PRODUCER
-        version = served.provider.version if served.provider else None
-        commands: list[Any] = []
-        for n, item in enumerate(page.items):
-            try:
-                if n in page.rejected:
-                    raise msgspec.ValidationError("item shape")
-                commands.append(item_command(connector, producer, version, item))
-            except (msgspec.ValidationError, KeyError, TypeError):
-                commands.append(ApiError(422, "item_rejected", "the item breaks the fetch protocol"))
-        principal = Principal(key_id=f"connector:{connector['connector_id']}", org_id=connector["org_id"],
-                              actions=frozenset({"content:write"}), corpora=frozenset({connector["corpus_id"]}))
         async with journal_transaction(conn):
             current = await views.connector_row(conn, connector["connector_id"], lock=True)
-            results: list[Any] = [None] * len(commands)
-            for family, wanted in (("ingest", IngestCommand), ("withdrawal", None)):
-                picked = [i for i, c in enumerate(commands) if not isinstance(c, ApiError)
-                          and (isinstance(c, IngestCommand) if wanted else not isinstance(c, IngestCommand))]
-                if picked:
-                    accepted = await accept_in_transaction(conn, principal, [commands[i] for i in picked], family)
-                    for i, result in zip(picked, accepted):
-                        results[i] = result
-            for i, c in enumerate(commands):
-                if isinstance(c, ApiError):
-                    results[i] = c
+            results = await accept_items(conn, served, connector, page.items, page.rejected)
             created = sum(1 for r in results if isinstance(r, Accepted) and not r.replayed)
             rejected = sum(1 for r in results if isinstance(r, ApiError))
-            now = (await (await conn.execute("SELECT now()")).fetchone())[0]
+            now = await database_now(conn)
             run["pages"] += 1
             run["items_seen"] += len(page.items)
             run["receipts_created"] += created
@@ -412,7 +374,7 @@ class ConnectorsWorker(Projector):
     async def finish(self, conn: AsyncConnection, run: dict[str, Any], outcome: dict[str, Any]) -> None:
         async with journal_transaction(conn):
             connector = await views.connector_row(conn, run["connector_id"], lock=True)
-            now = (await (await conn.execute("SELECT now()")).fetchone())[0]
+            now = await database_now(conn)
             run.update(state=outcome["state"], finished_at=now, error=outcome.get("error"),
                        notice=outcome.get("notice"))
             await conn.execute("UPDATE connector_runs SET state = %s, finished_at = %s, error = %s, notice = %s"

@@ -35,6 +35,7 @@ from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.journal.store import append
 from contentsvc.monitoring.delivery_events import DeliveryChanged
 from contentsvc.monitoring.webhooks import WebhookEvent, webhook_body
+from contentsvc.storage.database import database_now
 
 MATCH_CREATED = "match.created"
 MATCH_WITHDRAWN = "match.withdrawn"
@@ -205,11 +206,6 @@ def _window_expired(now: datetime, last_error: dict | None) -> dict:
     return error
 
 
-async def _now(conn: AsyncConnection) -> datetime:
-    cur = await conn.execute("SELECT now()")
-    return (await cur.fetchone())[0]
-
-
 # ------------------------------------------------------------------------- creation
 
 
@@ -259,7 +255,7 @@ async def create_delivery(conn: AsyncConnection, notice: Notice, settings: Deliv
     second call returns the first. Creation itself commits no `delivery.changed` (the Match's own
     event announces it); its later moves do.
     """
-    now = await _now(conn)
+    now = await database_now(conn)
     row = _delivery_row(notice, held, now, settings)
     cur = await conn.execute(
         f"""INSERT INTO deliveries (delivery_id, event_id, org_id, corpus_id, match_id, subscription_id,
@@ -281,7 +277,7 @@ async def create_deliveries_many(conn: AsyncConnection, notices: list[tuple[Noti
     read serves them all); one Delivery per (Match, event type), a second is not inserted."""
     if not notices:
         return
-    now = await _now(conn)
+    now = await database_now(conn)
     columns = [list(column) for column in zip(*(_delivery_row(notice, held, now, settings) for notice, held in notices))]
     await conn.execute(
         """INSERT INTO deliveries (delivery_id, event_id, org_id, corpus_id, match_id, subscription_id,
@@ -349,7 +345,7 @@ async def release_subscription(conn: AsyncConnection, subscription_id: str,
     and is recorded when it finishes (record_attempt). Failing it here would let that outcome move a
     terminal Delivery again; it is released due instead, and claim_due fails it
     `delivery_window_expired` once the attempt is recorded or its lease ends."""
-    now = await _now(conn)
+    now = await database_now(conn)
     cur = await conn.execute(
         """SELECT org_id, corpus_id, delivery_id, match_id, attempts, window_ends_at, lease_token, last_error
            FROM deliveries
@@ -405,7 +401,7 @@ async def _claim(conn: AsyncConnection, settings: DeliverySettings, configured: 
     """claim_due's statements, inside the caller's transaction; the events are the caller's to append."""
     lease_seconds = settings.attempt_timeout_seconds + LEASE_MARGIN_SECONDS
     claims: list[Claim] = []
-    now = await _now(conn)
+    now = await database_now(conn)
     cur = await conn.execute(
         """SELECT org_id, corpus_id, delivery_id, match_id, event_id, destination_id, body, attempts,
                   window_ends_at, last_error FROM deliveries

@@ -23,7 +23,6 @@ so folding the journal again from an earlier checkpoint decides as the first tim
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -49,6 +48,7 @@ from contentsvc.monitoring.deliveries import (
 )
 from contentsvc.monitoring.match_events import MATCH_SUBJECT, MatchCreated, MatchWithdrawn
 from contentsvc.domain.models import Output
+from contentsvc.storage.database import database_now
 
 RECORD_WITHDRAWN = "record_withdrawn"
 VERSION_REPLACED = "version_replaced"
@@ -362,17 +362,12 @@ async def _settled(conn: AsyncConnection, row: dict, state: str, error: str | No
         "UPDATE monitor_evaluations SET state = %s, next_attempt_at = NULL, attempts = attempts + 1, last_error = %s"
         " WHERE subscription_version_id = %s AND version_id = %s",
         (state, error, row["subscription_version_id"], row["version_id"]))
-    status = {"code": error, "at": iso(await _now(conn))} if error is not None else None
+    status = {"code": error, "at": iso(await database_now(conn))} if error is not None else None
     await conn.execute(
         "INSERT INTO monitor_subscription_status AS s (subscription_id, last_evaluated_at, last_error)"
         " VALUES (%s, now(), %s) ON CONFLICT (subscription_id) DO UPDATE SET last_evaluated_at = now(),"
         " last_error = coalesce(EXCLUDED.last_error, s.last_error)",
         (row["subscription_id"], None if status is None else Jsonb(status)))
-
-
-async def _now(conn: AsyncConnection) -> datetime:
-    cur = await conn.execute("SELECT now()")
-    return (await cur.fetchone())[0]
 
 
 async def settle_failed(conn: AsyncConnection, row: dict, code: str) -> None:

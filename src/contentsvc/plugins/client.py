@@ -222,6 +222,19 @@ class PluginClient:
     async def invoke(self, route: str, body: dict, timeout: float, invocation_id: str | None = None) -> dict:
         """POST a contribution route (`normalizer`, `subscription`, `connector/fetch`, ...) and return the
         plugin's answer; PluginFailed for its error body, PluginUnreachable otherwise."""
+        response = await self.relay(route, body, timeout, invocation_id)
+        answer = _json_object(response)
+        if not 200 <= response.status_code < 300:
+            raise _refusal(response, answer, route)
+        if answer is None:
+            raise PluginUnreachable("invalid_response", f"{self.target.plugin_id} answered {route} with "
+                                                        "something that is not a JSON object", response.status_code)
+        return answer
+
+    async def relay(self, route: str, body: dict, timeout: float, invocation_id: str | None = None) -> httpx.Response:
+        """POST a contribution route and return the plugin's answer as it came, 2xx or not (a push
+        relays a plugin's refusal to the source unchanged, part 2 "Declared push route" rule 8);
+        PluginUnreachable when there is no answer at all."""
         if not self.verified:
             await self.verify(min(timeout, DISCOVERY_TIMEOUT_SECONDS))
         invocation_id = invocation_id or body.get("invocation_id") or new_id("inv")
@@ -230,35 +243,9 @@ class PluginClient:
         try:
             response = await self._send("POST", f"contributions/{route}", timeout, invocation_id, body)
             status = response.status_code
-            answer = _json_object(response)
-            if not 200 <= response.status_code < 300:
-                raise _refusal(response, answer, route)
-            if answer is None:
-                raise PluginUnreachable("invalid_response", f"{self.target.plugin_id} answered {route} with "
-                                                            "something that is not a JSON object",
-                                        response.status_code)
-            return answer
-        finally:
-            # decisions-part2 "Logging": plugin, contribution, invocation_id, status, duration; never bodies.
-            log.info("plugin_invocation", plugin=self.target.plugin_id, version=self.target.version,
-                     contribution=route, invocation_id=invocation_id, status=status,
-                     duration_ms=round((time.monotonic() - started) * 1000, 1))
-
-
-    async def relay(self, route: str, body: dict, timeout: float) -> httpx.Response:
-        """POST a contribution route and return the plugin's answer as it came, 2xx or not: a push
-        relays a plugin's refusal to the source unchanged (part 2 "Declared push route" rule 8).
-        PluginUnreachable when there is no answer at all."""
-        if not self.verified:
-            await self.verify(min(timeout, DISCOVERY_TIMEOUT_SECONDS))
-        invocation_id = body.get("invocation_id") or new_id("inv")
-        started = time.monotonic()
-        status: int | str = "unreachable"
-        try:
-            response = await self._send("POST", f"contributions/{route}", timeout, invocation_id, body)
-            status = response.status_code
             return response
         finally:
+            # decisions-part2 "Logging": plugin, contribution, invocation_id, status, duration; never bodies.
             log.info("plugin_invocation", plugin=self.target.plugin_id, version=self.target.version,
                      contribution=route, invocation_id=invocation_id, status=status,
                      duration_ms=round((time.monotonic() - started) * 1000, 1))

@@ -45,6 +45,12 @@ def resolve_database_url(settings: Settings) -> str:
     return settings.database_url or start_embedded(settings.home)
 
 
+async def database_now(conn: AsyncConnection):
+    """The server's clock (the transaction's start): what every row a command writes is stamped with."""
+    cur = await conn.execute("SELECT now()")
+    return (await cur.fetchone())[0]
+
+
 def connect(url: str, **kwargs) -> psycopg.Connection:
     return psycopg.connect(url, **kwargs)
 

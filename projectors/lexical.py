@@ -48,6 +48,7 @@ from contentsvc.logging import get_logger
 from contentsvc.projectors import currentness, projections
 from contentsvc.projectors.base import GenerationFold, GenerationRetired
 from contentsvc.search import generations
+from contentsvc.search import lexical_index
 from contentsvc.search.lexical_index import LexicalWriter
 
 log = get_logger("contentsvc.projector.lexical")
@@ -112,7 +113,11 @@ class LexicalProjector(GenerationFold):
         self.published = published
         position = min(self.writer.checkpoint(), published)
         log.info("lexical_generation_open", generation=generation.generation_id,
-                 index_position=position, published=published)
+                 index_position=position, published=published, analyzer=self.writer.layout.analyzer)
+        if self.writer.layout is not lexical_index.CURRENT:
+            log.warning("lexical_generation_outdated", generation=generation.generation_id,
+                        analyzer=self.writer.layout.analyzer, current=lexical_index.CURRENT.analyzer,
+                        remedy="contentsvc projector replay lexical")
         return position
 
     async def fold(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:

@@ -85,7 +85,7 @@ def documents_of(server: ServerProcess, projection_generation_id: str) -> int:
     with psycopg.connect(server.database_url) as conn:
         [(index_generation,)] = conn.execute(
             "SELECT generation_id FROM search_generations WHERE kind = 'lexical' AND state = 'serving'").fetchall()
-    index = lexical_index.open_index(server.home / "indexes" / "lexical" / index_generation)
+    index, _ = lexical_index.open_index(server.home / "indexes" / "lexical" / index_generation)
     query = tantivy.Query.term_query(lexical_index.SCHEMA, "projection", projection_generation_id)
     return index.searcher().search(query, 1, count=True).count
 

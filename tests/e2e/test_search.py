@@ -269,8 +269,28 @@ def test_query_words_are_never_query_syntax(api):
                   f"[{tok} TO x]", f"title:{tok}", f'"{tok}"', f"{tok}^2", f"-{tok}", f"{tok}*", f"({tok}"):
         hit = only(search(api, query, [corpus]))
         assert hit["record_id"] == receipt["record_id"], query
-    for query in ("AND", "OR", "NOT", "IN", "the", "???", "x" * 60):
+    for query in ("AND", "IN"):  # words of the text, and no stop words are removed: found
+        assert record_ids(search(api, query, [corpus])) == [receipt["record_id"]], query
+    for query in ("OR", "NOT", "the", "???", "x" * 60):
         assert search(api, query, [corpus])["items"] == [], query
+
+
+def test_english_stemming_and_cjk_bigrams(api):
+    # issue "Search quality": language-aware analysis by default; docs/decisions.md "Lexical analysis".
+    corpus = create_corpus(api, _cid())
+    tok = _token()
+    english = wait_searchable(api, ingest(api, text_command(
+        corpus, "stems", f"The studies {tok} measured running mice and connected neurons")))
+    japanese = wait_searchable(api, ingest(api, text_command(corpus, "ja", f"{tok} 東京都に住んでいる研究者")))
+    korean = wait_searchable(api, ingest(api, text_command(corpus, "ko", f"{tok} 한국어 형태소 분석기")))
+    chinese = wait_searchable(api, ingest(api, text_command(corpus, "zh", f"{tok} 北京大学的研究人员")))
+    for query, expected in (("study runs connection", english), ("東京", japanese), ("住んで", japanese),
+                            ("형태소", korean), ("北京大学", chinese)):
+        hit = only(search(api, query, [corpus]))
+        assert hit["record_id"] == expected["record_id"], query
+        assert_excerpt_exact(api, hit)
+    assert search(api, "京東", [corpus])["items"] == []  # the bigram reversed is another word
+
 
 
 # ----------------------------------------------------------------- availability, correction, withdrawal

@@ -2,7 +2,7 @@
 
 Tantivy's own snippets give UTF-8 byte ranges relative to a fragment, so
 the excerpt is computed here from the stored Part text: words are matched
-with the index's analyzer (same stemming and stop words), and the window
+with the index's analysis (same stemming, CJK bigrams), and the window
 holding the most distinct query terms wins.
 """
 
@@ -12,16 +12,15 @@ import re
 import unicodedata
 from functools import lru_cache
 
-from contentsvc.search.lexical_index import _analyzer
+from contentsvc.search import analysis
 
 WINDOW = 240  # code points
 _WORD = re.compile(r"\w+", re.UNICODE)
-_ANALYZER = _analyzer()
 
 
 @lru_cache(maxsize=65536)
 def _terms(word: str) -> tuple[str, ...]:
-    return tuple(_ANALYZER.analyze(word))
+    return tuple(analysis.terms(word))
 
 
 def query_terms(query: str) -> frozenset[str]:

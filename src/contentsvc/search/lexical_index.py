@@ -13,6 +13,7 @@ how far it got.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -21,42 +22,59 @@ from pathlib import Path
 import tantivy
 
 from contentsvc.domain.retrieval import IndexTexts
+from contentsvc.search import analysis
+from contentsvc.search.analysis import cjk_bigrams
 from contentsvc.journal.events import RecordAccepted
 
-ANALYZER = "contentsvc_en"
 SEGMENT_CHARS = 4000  # code points per indexed segment of a long Part
 CHECKPOINT_ID = "__checkpoint__"
+_RAW_FIELDS = ("doc_id", "org_id", "corpus_id", "projection", "record_in_projection", "namespace", "record_id",
+               "version_id", "part_key")
 
-# Lucene's English stop words: what the published BM25 figures use.
-STOPWORDS = [
+
+@dataclass(frozen=True)
+class Layout:
+    """Which text fields an index has and with which analyzer: fixed when the index is created."""
+
+    analyzer: str
+    text_fields: tuple[str, ...]
+
+    def schema(self) -> tantivy.Schema:
+        b = tantivy.SchemaBuilder()
+        for raw in _RAW_FIELDS:
+            b.add_text_field(raw, stored=True, tokenizer_name="raw", index_option="basic")
+        b.add_unsigned_field("segment_start", stored=True)
+        b.add_unsigned_field("position", stored=True)
+        for name in self.text_fields:
+            b.add_text_field(name, stored=False, tokenizer_name=self.analyzer)
+        return b.build()
+
+    def texts(self, title: str, body: str, extra: str) -> dict[str, str]:
+        """A segment's document texts: one field scores title, Part text and the other search
+        fields together (SciFact nDCG@10 0.687 against 0.666 with title and body apart)."""
+        if self.text_fields == ("text",):
+            return {"text": cjk_bigrams("\n".join(t for t in (title, body, extra) if t))}
+        return {"title": title, "body": body, "fields": extra}
+
+
+CURRENT = Layout(analysis.ANALYZER, ("text",))
+# Indexes created before the one-field layout: still read and written as they are, with their
+# own analyzer (stop words removed, no CJK segmentation), until a replay rebuilds them.
+LEGACY = Layout("contentsvc_en", ("title", "body", "fields"))
+_LEGACY_STOPWORDS = [
     "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not",
     "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was",
     "will", "with",
 ]
+SCHEMA = CURRENT.schema()  # the raw fields, the same in every layout, are looked up in this one
 
 
-def _schema() -> tantivy.Schema:
-    b = tantivy.SchemaBuilder()
-    for raw in ("doc_id", "org_id", "corpus_id", "projection", "record_in_projection", "namespace", "record_id",
-                "version_id", "part_key"):
-        b.add_text_field(raw, stored=True, tokenizer_name="raw", index_option="basic")
-    b.add_unsigned_field("segment_start", stored=True)
-    b.add_unsigned_field("position", stored=True)
-    b.add_text_field("title", stored=False, tokenizer_name=ANALYZER)
-    b.add_text_field("body", stored=False, tokenizer_name=ANALYZER)
-    b.add_text_field("fields", stored=False, tokenizer_name=ANALYZER)  # other mapped search fields
-    return b.build()
-
-
-SCHEMA = _schema()
-
-
-def _analyzer() -> tantivy.TextAnalyzer:
+def _legacy_analyzer() -> tantivy.TextAnalyzer:
     return (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
         .filter(tantivy.Filter.remove_long(40))
         .filter(tantivy.Filter.lowercase())
-        .filter(tantivy.Filter.custom_stopword(STOPWORDS))
+        .filter(tantivy.Filter.custom_stopword(_LEGACY_STOPWORDS))
         .filter(tantivy.Filter.stemmer("english"))
         .build()
     )
@@ -66,16 +84,29 @@ class IndexUnavailable(Exception):
     """The generation's files are missing or unreadable."""
 
 
-def open_index(path: Path, create: bool = False) -> tantivy.Index:
+def layout_of(path: Path) -> Layout:
+    """The layout of the index at `path` (CURRENT for one not created yet)."""
+    try:
+        fields = {f["name"] for f in json.loads((path / "meta.json").read_bytes())["schema"]}
+    except FileNotFoundError:
+        return CURRENT
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise IndexUnavailable(f"unreadable index metadata at {path}: {exc}") from exc
+    return CURRENT if "text" in fields else LEGACY
+
+
+def open_index(path: Path, create: bool = False) -> tuple[tantivy.Index, Layout]:
     if not create and not (path / "meta.json").exists():
         raise IndexUnavailable(f"no index at {path}")
+    layout = layout_of(path)
     path.mkdir(parents=True, exist_ok=True)
     try:
-        index = tantivy.Index(SCHEMA, path=str(path), reuse=True)
+        index = tantivy.Index(layout.schema(), path=str(path), reuse=True)
     except (ValueError, OSError) as exc:
         raise IndexUnavailable(str(exc)) from exc
-    index.register_tokenizer(ANALYZER, _analyzer())
-    return index
+    index.register_tokenizer(layout.analyzer,
+                             analysis.build_analyzer() if layout is CURRENT else _legacy_analyzer())
+    return index, layout
 
 
 @dataclass(frozen=True)
@@ -120,7 +151,7 @@ class LexicalWriter:
     """The single writer of one generation (the lexical projector or a replay)."""
 
     def __init__(self, path: Path, threads: int = 1) -> None:
-        self.index = open_index(path, create=True)
+        self.index, self.layout = open_index(path, create=True)
         self.writer = self.index.writer(heap_size=64_000_000 * threads, num_threads=threads)
 
     def checkpoint(self) -> int:
@@ -167,8 +198,8 @@ class LexicalWriter:
                 org_id=org_id, corpus_id=source.corpus_id, projection=projection,
                 record_in_projection=f"{projection}/{record_id}", namespace=source.namespace,
                 record_id=record_id, version_id=version_id, part_key=seg.part_key, segment_start=seg.start,
-                title=texts.title, body=seg.text if texts.parts_searched else "",
-                fields=texts.extra if i == 0 else "",  # once per Version
+                **self.layout.texts(texts.title, seg.text if texts.parts_searched else "",
+                                    texts.extra if i == 0 else ""),  # other search fields: once per Version
             ))
 
     def commit(self, position: int) -> None:
@@ -193,25 +224,28 @@ class Candidate:
 _QUERY_SYNTAX = re.compile(r"[^\w\s]+", re.UNICODE)
 
 
-def _terms_query(index: tantivy.Index, query_text: str) -> tantivy.Query | None:
+def _terms_query(index: tantivy.Index, layout: Layout, query_text: str) -> tantivy.Query | None:
     # Texts are indexed NFC-normalized (as ingestion stores them), so the query is too. Words are
     # lowercased before they reach the query parser: AND, OR, NOT and IN typed in a natural query
     # are words to search, not operators (the analyzer lowercases anyway, so scores are unchanged).
-    words = _QUERY_SYNTAX.sub(" ", unicodedata.normalize("NFC", query_text).lower()).split()
+    text = unicodedata.normalize("NFC", query_text).lower()
+    if layout is CURRENT:
+        text = cjk_bigrams(text)
+    words = _QUERY_SYNTAX.sub(" ", text).split()
     if not words:
         return None
-    return index.parse_query(" ".join(words), ["title", "body", "fields"])
+    return index.parse_query(" ".join(words), list(layout.text_fields))
 
 
 def _any_of(field: str, values: list[str]) -> tantivy.Query:
     return tantivy.Query.term_set_query(SCHEMA, field, values)
 
 
-def search(index: tantivy.Index, org_id: str, projections: list[str], query_text: str, limit: int,
-           namespaces: list[str] | None = None) -> list[Candidate]:
+def search(index: tantivy.Index, layout: Layout, org_id: str, projections: list[str], query_text: str,
+           limit: int, namespaces: list[str] | None = None) -> list[Candidate]:
     """BM25 candidates within the Organization and the Corpora's routed projection
     generations (filters score zero)."""
-    text = _terms_query(index, query_text)
+    text = _terms_query(index, layout, query_text)
     if text is None:
         return []
     filters = [tantivy.Query.term_query(SCHEMA, "org_id", org_id), _any_of("projection", projections)]

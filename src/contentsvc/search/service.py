@@ -62,10 +62,11 @@ class LexicalSearcher:
         self.moved = moved
         self._generation: str | None = None
         self._index: tantivy.Index | None = None
+        self._layout = lexical_index.CURRENT
         self._seen = -1
         self._routed_seen: set[str] = set()  # Corpus projection generations searched since the last reload
 
-    async def index(self, conn: AsyncConnection, routed: list[str]) -> tantivy.Index:
+    async def index(self, conn: AsyncConnection, routed: list[str]) -> tuple[tantivy.Index, lexical_index.Layout]:
         """The index to search the `routed` projection generations in. A generation searched
         for the first time forces a reload: the read model routes to a new generation only
         after the commit that completed it, which this reader may not have seen yet."""
@@ -77,7 +78,7 @@ class LexicalSearcher:
             raise search_unavailable(f"generation {generation.generation_id} has no index files")
         if generation.generation_id != self._generation:
             try:
-                self._index = lexical_index.open_index(path)
+                self._index, self._layout = lexical_index.open_index(path)
             except lexical_index.IndexUnavailable as exc:
                 raise search_unavailable(str(exc)) from None
             self._generation, self._seen = generation.generation_id, -1
@@ -86,7 +87,7 @@ class LexicalSearcher:
             self._index.reload()
             self._routed_seen = set()
         self._routed_seen.update(routed)
-        return self._index
+        return self._index, self._layout
 
 
 class VectorSearcher:
@@ -266,11 +267,11 @@ async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vector
     namespaces = req.filter.source_namespaces if req.filter else None
     lexical_ranked, semantic_ranked, hydrated = [], [], {}
     if req.mode in ("lexical", "hybrid"):
-        index = await lexical.index(conn, routed)
+        index, layout = await lexical.index(conn, routed)
 
         async def fetch_lexical(n: int):
             return await asyncio.to_thread(
-                lexical_index.search, index, p.org_id, routed, req.query, n, namespaces)
+                lexical_index.search, index, layout, p.org_id, routed, req.query, n, namespaces)
 
         lexical_ranked, found = await _ranked(conn, p, req, fetch_lexical, wanted)
         hydrated.update(found)

@@ -21,7 +21,7 @@ import tantivy
 from jsonschema import Draft202012Validator
 
 from contentsvc.search.excerpts import excerpt, query_terms
-from contentsvc.search.lexical_index import ANALYZER, _analyzer
+from contentsvc.search.analysis import ANALYZER, build_analyzer, cjk_bigrams
 from contentsvc_plugins.server import Plugin, evaluation_batch, terminal
 
 FOLDER = Path(__file__).resolve().parent
@@ -105,12 +105,13 @@ class VersionIndex:
         self.selected = selected
         self.texts = [unicodedata.normalize("NFC", part["text"]) for part in selected]
         self.index = tantivy.Index(SCHEMA)  # in memory: nothing outlives the request
-        self.index.register_tokenizer(ANALYZER, _analyzer())
+        self.index.register_tokenizer(ANALYZER, build_analyzer())
         if self.texts:
             writer = self.index.writer(WRITER_HEAP_BYTES, 1)
-            for ordinal, text in enumerate(self.texts):
+            analysed = [cjk_bigrams(text) for text in self.texts]
+            for ordinal, text in enumerate(analysed):
                 writer.add_document(tantivy.Document(kind=PART, ordinal=ordinal, text=text))
-            writer.add_document(tantivy.Document(kind=WHOLE, ordinal=len(self.texts), text="\n".join(self.texts)))
+            writer.add_document(tantivy.Document(kind=WHOLE, ordinal=len(analysed), text="\n".join(analysed)))
             writer.commit()
             writer.wait_merging_threads()
             self.index.reload()
@@ -129,7 +130,7 @@ def decide(expression: dict, parts: list[dict], snippet_chars: int,
     if built is None:
         built = indexes[key] = VersionIndex(selected)
     conjunction = expression.get("default_operator", "AND") == "AND"
-    query_text = unicodedata.normalize("NFC", expression["query"])  # as ingestion stores texts
+    query_text = cjk_bigrams(unicodedata.normalize("NFC", expression["query"]))  # as ingestion stores texts
     try:
         whole_query = built.index.parse_query(query_text, ["text"], conjunction_by_default=conjunction)
     except ValueError as exc:

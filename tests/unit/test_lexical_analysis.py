@@ -1,0 +1,66 @@
+"""Lexical analysis (issue "Search quality": English stemming, CJK bigrams, title and body in one
+field) and the index layouts: an index keeps the analysis it was built with (docs/decisions.md
+"Lexical analysis")."""
+
+from __future__ import annotations
+
+import json
+
+import tantivy
+from hypothesis import given, strategies as st
+
+from contentsvc.domain.retrieval import DEFAULT_RETRIEVAL
+from contentsvc.search import analysis, lexical_index
+from contentsvc.search.lexical_index import CURRENT, LEGACY, LexicalWriter
+from tests.unit.test_retrieval import PAYLOAD
+
+CJK_CHARS = st.sampled_from("東京都北京大学研究者にいるのカタカナ한국어분석")
+LATIN_WORDS = st.from_regex(r"[a-z]{1,12}", fullmatch=True)
+
+
+def test_english_words_are_stemmed_and_nothing_is_a_stop_word():
+    assert analysis.terms("The Studies running") == ["the", "studi", "run"]
+
+
+@given(st.lists(LATIN_WORDS, max_size=20))
+def test_text_without_cjk_is_left_as_it_is(words):
+    text = " ".join(words)
+    assert analysis.cjk_bigrams(text) == text
+
+
+@given(st.text(CJK_CHARS, min_size=2, max_size=30))
+def test_a_cjk_run_is_its_overlapping_bigrams(run):
+    assert analysis.terms(run) == [run[i:i + 2] for i in range(len(run) - 1)]
+
+
+@given(LATIN_WORDS, CJK_CHARS, LATIN_WORDS)
+def test_a_single_cjk_character_stands_alone_between_latin_words(before, char, after):
+    assert analysis.terms(f"{before}{char}{after}") == [*analysis.terms(before), char, *analysis.terms(after)]
+
+
+def _search(path, query):
+    index, layout = lexical_index.open_index(path)
+    return layout, [c.record_id for c in lexical_index.search(index, layout, "org", ["proj"], query, 10)]
+
+
+def _write(path):
+    writer = LexicalWriter(path)
+    writer.add_version("org", "proj", DEFAULT_RETRIEVAL, PAYLOAD)
+    writer.commit(1)
+    writer.close()
+
+
+def test_a_new_index_scores_title_and_body_in_one_field(tmp_path):
+    _write(tmp_path)
+    fields = {f["name"] for f in json.loads((tmp_path / "meta.json").read_text())["schema"]}
+    assert "text" in fields and not {"title", "body"} & fields
+    assert _search(tmp_path, "titles bodies") == (CURRENT, ["rec_x"])  # stemmed, both texts
+
+
+def test_an_index_built_with_the_earlier_layout_keeps_its_analysis(tmp_path):
+    # Created as before the one-field layout: title, body and fields apart, stop words removed.
+    index = tantivy.Index(LEGACY.schema(), path=str(tmp_path))
+    del index
+    _write(tmp_path)  # the writer adds in the index's own layout
+    assert _search(tmp_path, "body") == (LEGACY, ["rec_x"])
+    assert _search(tmp_path, "the")[1] == []  # a stop word there, as it always was

@@ -461,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", parents=[configured],
                        help="run a benchmark suite and write bench/results/SUITE.json")
-    p.add_argument("suite", choices=["ingest", "search", "upload", "plugins", "monitoring", "connectors"])
+    p.add_argument("suite", choices=["ingest", "search", "quality", "upload", "plugins", "monitoring", "connectors"])
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
 

@@ -518,6 +518,8 @@ def test_list_search_profiles(server, make_key, org, api):
     assert set(first["modes"]) == {"lexical", "semantic", "hybrid"}
     assert first["max_latency_ms"] == 2000 and first["max_query_chars"] == 8192
     assert [p for p in items if p["default"]] == [first]
+    # issue "Search quality": reciprocal-rank fusion stays available beside the default's z-score fusion.
+    assert [(p["name"], p["version"]) for p in items] == [("default", "2"), ("rrf", "1")]
     with client_for(server, make_key(org, "search:query")) as only_search:
         assert only_search.get("/v0/search/profiles").json() == r.json()
     with client_for(server, make_key(org, "content:read,corpora:read")) as no_search:

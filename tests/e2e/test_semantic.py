@@ -60,11 +60,16 @@ def _scenario(server, api):
     part = api.get(f"/v0/records/{hit['record_id']}/versions/{hit['version_id']}").json()["manifest"]["parts"][0]
     assert part["content"]["text"][hit["excerpt"]["start"]:hit["excerpt"]["end"]] == hit["excerpt"]["text"]
 
-    # Hybrid fuses both rankings (reciprocal rank): a Version found by both ranks first.
-    r = api.post("/v0/search", json={"query": "lazy dog", "corpus_ids": [corpus], "limit": 3}).json()
-    top = r["items"][0]
-    assert top["record_id"] == records["fox"]
-    assert top["explanation"]["lexical_rank"] == 1 and top["explanation"]["semantic_rank"] == 1
+    # Hybrid fuses both rankings: a Version found first by both ranks first, under the default
+    # profile's z-score fusion and under the `rrf` profile's reciprocal-rank fusion (k = 10).
+    for profile in ("default", "rrf"):
+        r = api.post("/v0/search", json={"query": "lazy dog", "corpus_ids": [corpus], "limit": 3,
+                                         "profile": profile}).json()
+        assert r["retrieval_profile"]["name"] == profile
+        top = r["items"][0]
+        assert top["record_id"] == records["fox"]
+        assert top["explanation"]["lexical_rank"] == 1 and top["explanation"]["semantic_rank"] == 1
+    assert top["explanation"]["score"] == round(2 / (10 + 1), 6)
 
     # part1 rule 16: the served space, with coverage of current segments.
     spaces = api.get(f"/v0/corpora/{corpus}/vector-spaces").json()["items"]

@@ -1,0 +1,260 @@
+"""`contentsvc bench quality`: relevance per mode on SciFact and Cranfield, through the HTTP API.
+
+Both collections are ingested into one service this suite starts; every test query is sent
+in lexical, semantic and hybrid mode (hybrid under the `default` profile's z-score fusion and
+the `rrf` profile's reciprocal-rank fusion). Beside them, in the same run:
+
+* the raw engine: Tantivy in this process with its `en_stem` analyzer, title and text in one
+  field, the reference the lexical mode is compared with;
+* the fusion choice, checked without looking at the queries it is reported on: each candidate
+  fusion is scored offline on the lexical and semantic lists the API answered (the 30 candidates
+  a search of 10 hits fuses), chosen on one half of a collection's queries and reported on the
+  other half (two folds, both ways), and chosen on Cranfield and reported on SciFact.
+
+nDCG@10 of a search of 10 hits, and recall at the API's largest page (50 hits; the raw engine also
+gives recall@100).
+Writes bench/results/quality.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psycopg
+import tantivy
+
+from contentsvc.bench.driver import DATASETS, RESULTS_DIR, BenchError, Run, closing_lines, meets, write_results
+from contentsvc.bench.search import API_MAX_LIMIT, load_dataset, ndcg_at, recall_at
+from contentsvc.bench.service import OwnService, api_client, create_corpus
+from contentsvc.search.fusion import Fusion
+from contentsvc.search.service import FUSIONS
+
+RESULT_PATH = RESULTS_DIR / "quality.json"
+SERVER_LOG = RESULTS_DIR / "quality-server.log"
+COLLECTIONS = ("scifact", "cranfield")
+FUSED_CANDIDATES = 30  # a search of 10 hits fuses 2 x 10 + 10 candidates of each list
+CANDIDATE_FUSIONS = [Fusion("rrf", rrf_k=k) for k in (5, 10, 20, 40, 60)] + [
+    Fusion("zscore", lexical_weight=w / 20) for w in range(6, 15)]
+SPLIT_SEED = 20261124
+TARGETS = {"scifact_lexical_ndcg10": 0.684, "scifact_hybrid_ndcg10": 0.720}
+
+
+@dataclass(frozen=True)
+class Listed:
+    version_id: str
+    score: float
+
+
+def entry(corpus: str, doc: dict) -> dict:
+    return {"idempotency_key": f"{corpus}-{doc['_id']}",
+            "source": {"corpus_id": corpus, "namespace": corpus, "record_key": doc["_id"]},
+            "title": doc["title"] or None, "content": {"kind": "text", "text": doc["text"] or doc["title"] or "-"}}
+
+
+async def ingest(client: httpx.AsyncClient, corpus: str, docs: list[dict]) -> None:
+    sem = asyncio.Semaphore(4)
+
+    async def send(batch):
+        async with sem:
+            r = await client.post("/v0/records/batch", json={"entries": [entry(corpus, d) for d in batch]})
+            if r.status_code != 200:
+                raise BenchError(f"batch ingest answered {r.status_code}: {r.text[:300]}")
+
+    await asyncio.gather(*(send(docs[i:i + 100]) for i in range(0, len(docs), 100)))
+
+
+def wait_enriched(database_url: str, expected: dict[str, int], cap_s: float) -> float:
+    started = time.perf_counter()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        while time.perf_counter() - started < cap_s:
+            counts = dict(conn.execute("SELECT corpus_id, count(*) FILTER (WHERE enriched) FROM versions"
+                                       " GROUP BY corpus_id").fetchall())
+            print(f"\r[bench quality] enriched {counts}", end="", file=sys.stderr)
+            if all(counts.get(c, 0) >= n for c, n in expected.items()):
+                print(file=sys.stderr)
+                return round(time.perf_counter() - started, 1)
+            time.sleep(2.0)
+    raise BenchError(f"not every Version was embedded within {cap_s} s")
+
+
+async def search_all(client, corpus: str, queries: dict[str, str], mode: str, profile: str,
+                     key_of: dict[str, str], limit: int) -> dict[str, list[Listed]]:
+    """Each query's hits (record keys, with the explanation's score)."""
+    out: dict[str, list[Listed]] = {}
+    sem = asyncio.Semaphore(4)
+
+    async def one(qid: str, text: str):
+        async with sem:
+            r = await client.post("/v0/search", json={"query": text[:8192], "corpus_ids": [corpus], "mode": mode,
+                                                     "profile": profile, "limit": limit})
+            if r.status_code != 200:
+                raise BenchError(f"{mode} search answered {r.status_code}: {r.text[:300]}")
+            out[qid] = [Listed(key_of[h["record_id"]], h["explanation"]["score"]) for h in r.json()["items"]]
+
+    await asyncio.gather(*(one(q, t) for q, t in queries.items()))
+    return out
+
+
+def relevance(rankings: dict[str, list[str]], qrels: dict, depth: int = API_MAX_LIMIT,
+              top10: dict[str, list[str]] | None = None) -> dict:
+    """nDCG@10 (of `top10` when given: the answers to a search of 10 hits) and recall@depth."""
+    n = len(qrels)
+    top10 = rankings if top10 is None else top10
+    return {"ndcg@10": round(sum(ndcg_at(top10.get(q, []), rel) for q, rel in qrels.items()) / n, 4),
+            f"recall@{depth}": round(sum(recall_at(rankings.get(q, []), rel, depth) for q, rel in qrels.items()) / n,
+                                     4)}
+
+
+def keys(answered: dict[str, list[Listed]]) -> dict[str, list[str]]:
+    return {q: [r.version_id for r in hits] for q, hits in answered.items()}
+
+
+def raw_engine(docs: list[dict], queries: dict[str, str], qrels: dict) -> dict:
+    """Tantivy's own en_stem analyzer, title and text in one field, BM25: no service around it."""
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("id", stored=True, tokenizer_name="raw")
+    builder.add_text_field("text", tokenizer_name="en_stem")
+    index = tantivy.Index(builder.build())
+    writer = index.writer()
+    for d in docs:
+        writer.add_document(tantivy.Document(id=d["_id"], text=f"{d['title']}\n{d['text']}"))
+    writer.commit()
+    index.reload()
+    searcher = index.searcher()
+    rankings = {}
+    for qid in qrels:
+        words = re.sub(r"[^\w\s]+", " ", queries[qid].lower()).split()
+        hits = searcher.search(index.parse_query(" ".join(words), ["text"]), 100).hits if words else []
+        rankings[qid] = [searcher.doc(address)["id"][0] for _, address in hits]
+    return {**relevance(rankings, qrels), **relevance(rankings, qrels, 100)}
+
+
+def fused_ndcg(fusion: Fusion, lists: dict, qrels: dict, qids: list[str]) -> float:
+    total = 0.0
+    for q in qids:
+        lexical, semantic = (ranking[:FUSED_CANDIDATES] for ranking in lists[q])
+        total += ndcg_at([r.version_id for r, _ in fusion.fuse(lexical, semantic)], qrels[q])
+    return total / len(qids)
+
+
+def describe(fusion: Fusion) -> str:
+    return f"rrf k={fusion.rrf_k}" if fusion.method == "rrf" else f"zscore lexical_weight={fusion.lexical_weight}"
+
+
+def fusion_choice(lists: dict[str, dict], qrels: dict[str, dict]) -> dict:
+    """Two-fold cross-validation per collection, and Cranfield -> SciFact."""
+    out: dict = {"candidates": {c: {describe(f): round(fused_ndcg(f, lists[c], qrels[c], sorted(qrels[c])), 4)
+                                    for f in CANDIDATE_FUSIONS} for c in COLLECTIONS}}
+    for c in COLLECTIONS:
+        qids = sorted(qrels[c])
+        random.Random(SPLIT_SEED).shuffle(qids)
+        halves = (qids[:len(qids) // 2], qids[len(qids) // 2:])
+        folds = []
+        for train, test in (halves, halves[::-1]):
+            for method in ("rrf", "zscore"):
+                best = max((f for f in CANDIDATE_FUSIONS if f.method == method),
+                           key=lambda f: fused_ndcg(f, lists[c], qrels[c], train))
+                folds.append({"method": method, "chosen": describe(best),
+                              "held_out_ndcg@10": round(fused_ndcg(best, lists[c], qrels[c], test), 4)})
+        out[f"{c}_two_fold"] = {
+            "folds": folds,
+            **{f"{method}_held_out_mean": round(sum(f["held_out_ndcg@10"] for f in folds if f["method"] == method)
+                                                / 2, 4) for method in ("rrf", "zscore")}}
+    best_on_cranfield = max(CANDIDATE_FUSIONS, key=lambda f: fused_ndcg(f, lists["cranfield"], qrels["cranfield"],
+                                                                         sorted(qrels["cranfield"])))
+    out["tuned_on_cranfield"] = {"chosen": describe(best_on_cranfield), "scifact_ndcg@10": round(
+        fused_ndcg(best_on_cranfield, lists["scifact"], qrels["scifact"], sorted(qrels["scifact"])), 4)}
+    out["served"] = {profile: describe(fusion) for profile, fusion in FUSIONS.items()}
+    return out
+
+
+async def run(args, clock: Run) -> dict:
+    data = {c: load_dataset(DATASETS / c) for c in COLLECTIONS}
+    home = tempfile.mkdtemp(prefix="contentsvc-bench-quality-")
+    service = OwnService(SERVER_LOG)
+    report: dict = {"suite": "quality", "collections": {c: {"docs": len(data[c][0]), "queries": len(data[c][1])}
+                                                        for c in COLLECTIONS}}
+    try:
+        target = service.start(home=Path(home))
+        async with api_client(target, timeout=120) as client:
+            for c in COLLECTIONS:
+                await create_corpus(client, c, c)
+                print(f"[bench quality] ingesting {c} ...", file=sys.stderr)
+                await ingest(client, c, data[c][0])
+            report["embedded_after_s"] = wait_enriched(target.database_url,
+                                                       {c: len(data[c][0]) for c in COLLECTIONS}, args.cap)
+            with psycopg.connect(target.database_url) as conn:
+                key_of = dict(conn.execute("SELECT record_id, record_key FROM records").fetchall())
+            lists: dict[str, dict] = {}
+            for c in COLLECTIONS:
+                _, queries, qrels = data[c]
+                modes = {}
+                answered = {}
+                for mode, profile in (("lexical", "default"), ("semantic", "default"), ("hybrid", "default"),
+                                      ("hybrid", "rrf")):
+                    print(f"[bench quality] {c} {mode} ({profile}) ...", file=sys.stderr)
+                    # A search of 10 hits for nDCG@10 (hybrid fuses as many candidates as a limit asks
+                    # for), the API's largest page for recall.
+                    answered[mode, profile] = await search_all(client, c, queries, mode, profile, key_of,
+                                                               API_MAX_LIMIT)
+                    top10 = await search_all(client, c, queries, mode, profile, key_of, 10)
+                    name = mode if profile == "default" else f"{mode}_{profile}"
+                    modes[name] = relevance(keys(answered[mode, profile]), qrels, top10=keys(top10))
+                lists[c] = {q: (answered["lexical", "default"].get(q, []), answered["semantic", "default"].get(q, []))
+                            for q in qrels}
+                print(f"[bench quality] {c} raw engine ...", file=sys.stderr)
+                report["collections"][c].update(modes=modes, raw_engine=raw_engine(*data[c]))
+    finally:
+        service.stop()
+    report["fusion_choice"] = fusion_choice(lists, {c: data[c][2] for c in COLLECTIONS})
+    scifact = report["collections"]["scifact"]["modes"]
+    measured = {"scifact_lexical_ndcg10": scifact["lexical"]["ndcg@10"],
+                "scifact_hybrid_ndcg10": scifact["hybrid"]["ndcg@10"]}
+    report["targets"] = {name: {"measured": measured[name], "op": ">=", "target": goal,
+                                "result": "pass" if meets(measured[name], ">=", goal) else "miss"}
+                         for name, goal in TARGETS.items()}
+    clock.finish()
+    report["machine"] = clock.machine
+    report["timestamp"] = clock.timestamp
+    return report
+
+
+def summary(report: dict) -> str:
+    lines = [f"contentsvc bench quality  {report['timestamp']}  (HTTP API; raw engine in process)"]
+    for c, found in report["collections"].items():
+        lines.append(f"{c}: {found['docs']} docs, {found['queries']} judged queries")
+        for mode, m in [*found["modes"].items(), ("raw engine", found["raw_engine"])]:
+            lines.append(f"  {mode:12s} " + "  ".join(f"{k} {v:.4f}" for k, v in m.items()))
+    choice = report["fusion_choice"]
+    for c in COLLECTIONS:
+        cv = choice[f"{c}_two_fold"]
+        lines.append(f"fusion, {c} two folds held out: rrf {cv['rrf_held_out_mean']}  zscore {cv['zscore_held_out_mean']}"
+                     f"  ({', '.join(f['chosen'] for f in cv['folds'])})")
+    lines.append(f"fusion tuned on cranfield: {choice['tuned_on_cranfield']}")
+    lines.append(f"served: {choice['served']}")
+    for name, t in report["targets"].items():
+        lines.append(f"target {name:26s} >= {t['target']:<6} measured {t['measured']}  {t['result'].upper()}")
+    return "\n".join(lines + closing_lines(report, RESULT_PATH))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="contentsvc bench quality")
+    parser.add_argument("--cap", type=float, default=1800, help="seconds to wait for embeddings at most")
+    args = parser.parse_args(argv)
+    try:
+        report = asyncio.run(run(args, Run()))
+    except BenchError as exc:
+        print(f"bench quality failed: {exc}", file=sys.stderr)
+        return 1
+    write_results(RESULT_PATH, report)
+    print(summary(report))
+    return 0

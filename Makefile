@@ -27,6 +27,7 @@ fuzz:
 bench:
 	contentsvc bench ingest
 	contentsvc bench search
+	contentsvc bench quality
 	contentsvc bench upload
 	contentsvc bench plugins
 	contentsvc bench monitoring

@@ -72,22 +72,21 @@ class LexicalSearcher:
         self._seen = -1
         self._routed_seen: set[str] = set()  # Corpus projection generations searched since the last reload
 
-    async def index(self, conn: AsyncConnection, routed: list[str]) -> tuple[tantivy.Index, lexical_index.Layout]:
+    def index(self, generation_id: str | None, routed: list[str]) -> tuple[tantivy.Index, lexical_index.Layout]:
         """The index to search the `routed` projection generations in. A generation searched
         for the first time forces a reload: the read model routes to a new generation only
         after the commit that completed it, which this reader may not have seen yet."""
-        generation = await generations.serving(conn, generations.LEXICAL)
-        if generation is None:
+        if generation_id is None:
             raise search_unavailable("no lexical generation has been built yet")
-        path = generation.path(self.home)
+        path = generations.Generation(generation_id, generations.LEXICAL, "serving", 0).path(self.home)
         if not (path / "meta.json").exists():  # files gone: an error, never empty hits
-            raise search_unavailable(f"generation {generation.generation_id} has no index files")
-        if generation.generation_id != self._generation:
+            raise search_unavailable(f"generation {generation_id} has no index files")
+        if generation_id != self._generation:
             try:
                 self._index, self._layout = lexical_index.open_index(path)
             except lexical_index.IndexUnavailable as exc:
                 raise search_unavailable(str(exc)) from None
-            self._generation, self._seen = generation.generation_id, -1
+            self._generation, self._seen = generation_id, -1
         if self._seen != self.moved.count or not self._routed_seen.issuperset(routed):
             self._seen = self.moved.count
             self._index.reload()
@@ -209,12 +208,15 @@ def _validate(p: Principal, req: SearchRequest) -> SearchProfile:
 async def search(conn: AsyncConnection, lexical: LexicalSearcher, vectors: VectorSearcher, p: Principal,
                  req: SearchRequest) -> SearchResponse:
     profile = _validate(p, req)
+    # The serving lexical generation comes with the Corpora: one round trip for both.
     cur = await conn.execute(
-        "SELECT corpus_id, vector_spaces, projection_generation_id FROM corpora"
-        " WHERE org_id = %s AND corpus_id = ANY(%s)", (p.org_id, req.corpus_ids))
+        "SELECT corpus_id, vector_spaces, projection_generation_id, (SELECT generation_id FROM search_generations"
+        " WHERE kind = %s AND state = 'serving') FROM corpora WHERE org_id = %s AND corpus_id = ANY(%s)",
+        (generations.LEXICAL, p.org_id, req.corpus_ids))
     rows = await cur.fetchall()
     spaces = {row[0]: row[1] for row in rows}
     routed = [row[2] for row in rows]  # each Corpus's serving projection generation, read once per search
+    lexical_generation = rows[0][3] if rows else None
     missing = [c for c in req.corpus_ids if c not in spaces]
     if missing:
         raise not_found(f"corpus {missing[0]!r}")
@@ -227,7 +229,8 @@ async def search(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vecto
         # A process's first load of the model is not this search's latency.
         await vectors.check_query_window(req.query)
     try:
-        items = await asyncio.wait_for(_hits(conn, lexical, vectors, p, req, with_vectors, routed),
+        items = await asyncio.wait_for(_hits(conn, lexical, vectors, p, req, with_vectors, routed,
+                                             lexical_generation),
                                        profile.max_latency_ms / 1000)
     except asyncio.TimeoutError:
         raise ApiError(504, "search_deadline_exceeded",
@@ -268,12 +271,13 @@ async def _ranked(conn: AsyncConnection, p: Principal, req: SearchRequest, fetch
 
 
 async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: VectorSearcher, p: Principal,
-                req: SearchRequest, with_vectors: list[str], routed: list[str]) -> list[SearchHit]:
+                req: SearchRequest, with_vectors: list[str], routed: list[str],
+                lexical_generation: str | None) -> list[SearchHit]:
     wanted = req.limit * 2 + 10
     namespaces = req.filter.source_namespaces if req.filter else None
     lexical_ranked, semantic_ranked, hydrated = [], [], {}
     if req.mode in ("lexical", "hybrid"):
-        index, layout = await lexical.index(conn, routed)
+        index, layout = lexical.index(lexical_generation, routed)
 
         async def fetch_lexical(n: int):
             return await asyncio.to_thread(

@@ -7,6 +7,7 @@ Corpus, 404 for a resource looked up by its own id).
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import httpx
@@ -104,6 +105,30 @@ def test_revoked_key_is_401_on_next_request(server, database_url, org, api):
         assert_error(client.post("/v0/records", json=text_command(corpus, "a", "x")), 401, "invalid_api_key")
     # Other keys of the Organization are unaffected.
     assert api.get("/v0/records", params={"corpus_id": corpus}).status_code == 200
+
+
+def test_cached_keys_still_honour_revocation_and_changes_on_the_next_request(server, database_url, org, api):
+    # decisions.md (spec) Operator: `keys revoke` takes effect on the next request, with the API's key
+    # cache (docs/decisions.md Keys): each key is used (so cached), then revoked from another connection.
+    corpus = create_corpus(api, _cid())
+    for _ in range(10):
+        created = create_key_with_id(database_url, org)
+        with client_for(server, created.secret) as client:
+            for _ in range(3):
+                assert client.get("/v0/records", params={"corpus_id": corpus}).status_code == 200
+            revoke(database_url, created.key_id)
+            assert_error(client.get("/v0/records", params={"corpus_id": corpus}), 401, "invalid_api_key")
+    created = create_key_with_id(database_url, org)
+    with client_for(server, created.secret) as client:
+        assert client.get("/v0/records", params={"corpus_id": corpus}).status_code == 200
+        # A change made in plain SQL is announced by the trigger too (no wait for it here: within 2 s).
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("UPDATE api_keys SET actions = ARRAY['search:query'] WHERE key_id = %s", (created.key_id,))
+        deadline = time.monotonic() + 2
+        while (r := client.get("/v0/records", params={"corpus_id": corpus})).status_code == 200:
+            assert time.monotonic() < deadline, "the narrowed key was still served from the cache"
+            time.sleep(0.01)
+        assert_error(r, 403, "forbidden")
 
 
 def test_missing_action_is_403(server, make_key, org, api):

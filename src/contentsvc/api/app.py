@@ -25,6 +25,7 @@ from contentsvc.monitoring import previews as subscription_previews
 from contentsvc.monitoring import match_routes
 from contentsvc.monitoring import routes as monitoring_routes
 from contentsvc.plugins import routes as plugin_routes
+from contentsvc.auth.cache import KEYS_CHANNEL, PrincipalCache
 from contentsvc.readmodel.changes import FEED_PROJECTOR, FeedTicker
 from contentsvc.config import MAX_BATCH_BYTES, Settings
 from contentsvc.storage.availability import (
@@ -118,24 +119,32 @@ def logging_middleware(app):
     return middleware
 
 
-async def _listen(url: str, settings: Settings, feed_moved: FeedTicker, lexical_moved: FeedTicker) -> None:
-    """Wakes change streams when the read model commits, and reloads searchers
-    when the lexical projector commits; reconnects after outages (the watch logs them)."""
+async def _listen(url: str, settings: Settings, feed_moved: FeedTicker, lexical_moved: FeedTicker,
+                  keys: PrincipalCache) -> None:
+    """Wakes change streams when the read model commits, reloads searchers when the lexical
+    projector commits, and clears the key cache when a key changes; reconnects after outages
+    (the watch logs them)."""
     options = connection_options(settings.database, "contentsvc api listen", bounded_statements=False)
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True, **options) as conn:
                 await conn.execute(f"LISTEN {PROGRESS_CHANNEL}")
+                await conn.execute(f"LISTEN {KEYS_CHANNEL}")
+                keys.listening_started()
                 async for notice in conn.notifies():
-                    if notice.payload == FEED_PROJECTOR:
+                    if notice.channel == KEYS_CHANNEL:
+                        keys.clear()
+                    elif notice.payload == FEED_PROJECTOR:
                         feed_moved.bump()
                     elif notice.payload == generations.LEXICAL:
                         lexical_moved.bump()
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the database is away: streams fall back to polling
+        except Exception as exc:  # the database is away: streams fall back to polling, keys are read
             log.debug("journal_listen_lost", error=type(exc).__name__)
-            await asyncio.sleep(1.0)
+        finally:
+            keys.listening_lost()
+        await asyncio.sleep(1.0)
 
 
 # Every route the app serves; the OpenAPI document is generated from their declarations.
@@ -174,11 +183,11 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
         watch = DatabaseWatch(database_url, settings.database, "api", on_back=lambda: pool.check())
         pool = async_pool(database_url, settings.database, watch)
         await pool.open(wait=False)
-        feed_moved, lexical_moved = FeedTicker(), FeedTicker()
+        feed_moved, lexical_moved, keys = FeedTicker(), FeedTicker(), PrincipalCache()
         app.state.services = Services(settings, pool, CursorCodec(secret), feed_moved,
                                       LexicalSearcher(settings.home, lexical_moved), VectorSearcher(settings.home),
-                                      public_base_url)
-        tasks = [asyncio.create_task(_listen(database_url, settings, feed_moved, lexical_moved)),
+                                      public_base_url, keys)
+        tasks = [asyncio.create_task(_listen(database_url, settings, feed_moved, lexical_moved, keys)),
                  asyncio.create_task(watch.run())]
         try:
             yield

@@ -9,6 +9,7 @@ import msgspec
 from litestar import Request, Response
 from psycopg_pool import AsyncConnectionPool
 
+from contentsvc.auth.cache import PrincipalCache
 from contentsvc.auth.principal import INVALID_KEY, Principal, bearer_secret, load_principal
 from contentsvc.readmodel.changes import FeedTicker
 from contentsvc.config import Settings
@@ -30,6 +31,7 @@ class Services:
     lexical: LexicalSearcher  # the serving lexical generation, reloaded when the lexical projector commits
     vectors: VectorSearcher  # the serving vector generation's snapshot and the query embedder
     public_base_url: str  # where clients reach this API: the base of the URLs it hands out
+    keys: PrincipalCache  # cleared by the listening connection whenever a key changes
 
 
 def services(request: Request) -> Services:
@@ -41,8 +43,13 @@ async def authenticate(request: Request, *actions: str) -> Principal:
     secret = bearer_secret(request.headers.get("authorization"))
     if secret is None:
         raise INVALID_KEY
-    async with services(request).pool.connection() as conn:
-        principal = await load_principal(conn, secret)
+    pool = services(request).pool
+
+    async def read() -> Principal | None:
+        async with pool.connection() as conn:
+            return await load_principal(conn, secret)
+
+    principal = await services(request).keys.principal(secret, read)
     if principal is None:
         raise INVALID_KEY
     request.scope.setdefault("state", {})["org_id"] = principal.org_id

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from dataclasses import dataclass
 
 import psycopg
@@ -37,6 +38,10 @@ ORGANIZATION_ACTIONS = (
 OPERATOR_ACTIONS = ("plugins:admin",)
 
 SECRET_PREFIX = "csk_"
+# Every change to api_keys is announced here (schema/024); the API's key cache clears on it.
+KEYS_CHANNEL = "contentsvc_keys"
+ANNOUNCED_WAIT_SECONDS = 2.0
+ANNOUNCED_GRACE_SECONDS = 0.05
 
 
 def hash_secret(secret: str) -> bytes:
@@ -112,7 +117,20 @@ def list_keys(conn: psycopg.Connection) -> list[dict]:
 
 
 def revoke_key(conn: psycopg.Connection, key_id: str) -> bool:
+    """Revoke the key; returns once the change is announced to the API processes, whose key
+    caches clear on it (decisions.md Keys): a request sent afterwards is refused."""
+    conn.execute(f"LISTEN {KEYS_CHANNEL}")
     cur = conn.execute(
         "UPDATE api_keys SET revoked_at = now() WHERE key_id = %s AND revoked_at IS NULL", (key_id,)
     )
-    return cur.rowcount == 1
+    revoked = cur.rowcount == 1
+    conn.commit()  # the trigger's announcement goes out with the commit (a no-op in autocommit)
+    if revoked:
+        # Our own copy of the announcement is back: every listening session has it queued. The
+        # grace lets the API processes read theirs (they are sent at once on an idle connection).
+        for _ in conn.notifies(timeout=ANNOUNCED_WAIT_SECONDS, stop_after=1):
+            pass
+        time.sleep(ANNOUNCED_GRACE_SECONDS)
+    conn.execute(f"UNLISTEN {KEYS_CHANNEL}")
+    conn.commit()
+    return revoked

@@ -105,7 +105,7 @@ async def _authorize(conn, request: Request, row: dict[str, Any], route: PushRou
         if not await instance_tokens.token_grants(conn, row["connector_id"], secret):
             raise ApiError(401, "invalid_instance_token", "This route needs a live instance token of this Connector.")
         return
-    principal = await load_principal(conn, secret) if secret else None
+    principal = await services(request).keys.principal(secret, lambda: load_principal(conn, secret)) if secret else None
     if principal is None:
         raise ApiError(401, "invalid_api_key", "A valid API key is required (Authorization: Bearer <key>).")
     if principal.org_id != row["org_id"] or not principal.covers(row["corpus_id"]):

@@ -51,6 +51,10 @@ class Projector(ABC):
     # One process of this kind at a time (a session advisory lock), unless the work is shared out
     # by row leases (the deliveries worker), when any number may run side by side.
     single_instance: ClassVar[bool] = True
+    # The event families (`connector` for connector.run.changed) whose appends wake it; None:
+    # every append. A worker that acts on a few families, and polls for the rest of its work,
+    # listens to their channels alone (schema/025) and is not woken by each ingest.
+    wakes_on: ClassVar[tuple[str, ...] | None] = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Projector":
@@ -74,8 +78,10 @@ class Projector(ABC):
 
 class PeriodicWorker(Projector):
     """A worker that reads no journal: `run_once` at start, then every `interval_seconds`.
-    Between runs `step` answers False, so the runner waits for a commit or its poll and
-    looks again; a lost database is waited out and the run repeated, as for a fold."""
+    Between runs `step` answers False, so the runner waits for its poll and looks again; a
+    lost database is waited out and the run repeated, as for a fold."""
+
+    wakes_on = ()
 
     def __init__(self, interval_seconds: float) -> None:
         self.interval_seconds = interval_seconds

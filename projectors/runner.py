@@ -79,6 +79,13 @@ async def _wait_for_commit(listener: AsyncConnection, poll_seconds: float, coale
             pass
 
 
+def wake_channels(projector: Projector) -> list[str]:
+    """The journal channels a worker listens to (schema/025): every append, or its families'."""
+    if projector.wakes_on is None:
+        return [NOTIFY_CHANNEL]
+    return [f"{NOTIFY_CHANNEL}_{family}" for family in projector.wakes_on]
+
+
 async def _take_lock(work: AsyncConnection, projector: Projector, poll_seconds: float, stop: asyncio.Event) -> bool:
     while not stop.is_set():
         cur = await work.execute("SELECT pg_try_advisory_lock(%s)", (_lock_id(projector.name),))
@@ -110,7 +117,8 @@ async def run(
         try:
             async with (_connection(url, projector, settings) as listener,
                         _connection(url, projector, settings) as work):
-                await listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                for channel in wake_channels(projector):
+                    await listener.execute(f"LISTEN {channel}")
                 if projector.single_instance and not await _take_lock(work, projector, poll_seconds, stop):
                     return
                 await work.set_autocommit(False)

@@ -88,3 +88,28 @@ def test_journal_is_append_only(database_url):
             assert "append-only" in str(exc)
         else:
             raise AssertionError("an UPDATE of the journal was allowed")
+
+
+class ConnectorTouched(EventPayload, kw_only=True, tag="connectortest.touched"):
+    """A kind of its own family, `connectortest`."""
+
+    n: int
+
+
+def test_an_append_notifies_every_listener_and_its_families_channels(database_url):
+    # schema/025: contentsvc_journal for every append, contentsvc_journal_FAMILY once per family.
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        for channel in ("contentsvc_journal", "contentsvc_journal_connectortest", "contentsvc_journal_test"):
+            listener.execute(f"LISTEN {channel}")
+
+        async def append_both():
+            async with await psycopg.AsyncConnection.connect(database_url) as conn:
+                async with transaction(conn):
+                    await append(conn, [NewEvent(org_id="wake-test", subject_type="test", subject_id=f"s{i}",
+                                                 payload=payload) for i, payload in
+                                        enumerate([ConnectorTouched(n=1), ConnectorTouched(n=2),
+                                                   Appended(w=0, n=0, i=0)])])
+
+        asyncio.run(append_both())
+        channels = sorted(n.channel for n in listener.notifies(timeout=2.0, stop_after=3))
+    assert channels == ["contentsvc_journal", "contentsvc_journal_connectortest", "contentsvc_journal_test"]

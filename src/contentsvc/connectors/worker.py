@@ -67,6 +67,8 @@ BACKOFF_UNIT_SECONDS = 1.0
 
 class ConnectorsWorker(Projector):
     name = "connectors"
+    # Connectors created, changed or asked to run, and plan changes; schedules are polled.
+    wakes_on = ("connector", "plugin")
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -56,6 +56,8 @@ def _tls_failure(exc: BaseException) -> bool:
 
 class DeliveriesWorker(Projector):
     name = "deliveries"
+    # New Matches, redeliveries and Subscription changes; retries come due on its own poll.
+    wakes_on = ("match", "delivery", "subscription")
     single_instance = False  # leases share the work: any number may run
 
     def __init__(self, settings: Settings) -> None:

@@ -31,6 +31,8 @@ log = get_logger("contentsvc.plugins.worker")
 
 class PluginsWorker(Projector):
     name = "plugins"
+    # Registrations to check, and the end of pinned work a draining registration waits for.
+    wakes_on = ("plugin", "connector", "delivery", "operation")
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

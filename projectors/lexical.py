@@ -170,7 +170,8 @@ class LexicalProjector(GenerationFold):
             rows = await currentness.retirable(conn, RETIRE_CHUNK)
         if not rows:
             return False
-        replaced = {v for record_id, current in rows for v in self.writer.versions_of(record_id) - {current}}
+        indexed = self.writer.versions_by_record([record_id for record_id, _ in rows])
+        replaced = {v for record_id, current in rows for v in indexed.get(record_id, set()) - {current}}
         for version_id in replaced:
             self.writer.remove_version(version_id)
         if replaced:

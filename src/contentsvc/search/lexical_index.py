@@ -170,15 +170,19 @@ class LexicalWriter:
         """From every projection generation."""
         self.writer.delete_documents_by_term("version_id", version_id)
 
-    def versions_of(self, record_id: str) -> set[str]:
-        """The Versions of a Record with documents in the last commit."""
+    def versions_by_record(self, record_ids: list[str]) -> dict[str, set[str]]:
+        """The Versions of these Records with documents in the last commit (one reload and one
+        query for all: the projector asks after every batch)."""
         self.index.reload()
         searcher = self.index.searcher()
-        query = tantivy.Query.term_query(SCHEMA, "record_id", record_id)
+        query = tantivy.Query.term_set_query(SCHEMA, "record_id", record_ids)
         count = searcher.search(query, 1, count=True).count
-        if not count:
-            return set()
-        return {searcher.doc(address)["version_id"][0] for _, address in searcher.search(query, count).hits}
+        found: dict[str, set[str]] = {}
+        if count:
+            for _, address in searcher.search(query, count).hits:
+                doc = searcher.doc(address)
+                found.setdefault(doc["record_id"][0], set()).add(doc["version_id"][0])
+        return found
 
     def remove_record_in(self, projection: str, record_id: str) -> None:
         self.writer.delete_documents_by_term("record_in_projection", f"{projection}/{record_id}")

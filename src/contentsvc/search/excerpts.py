@@ -28,11 +28,23 @@ def query_terms(query: str) -> frozenset[str]:
     return frozenset(t for w in _WORD.findall(query) for t in _terms(w.lower()))
 
 
+# Snowball English rewrites the ends of words, so a word whose first two letters are not those
+# of a query term cannot be analyzed into it (save dying/lying/tying -> die/lie/tie): only words
+# starting with them are analyzed, found by one regular expression per query. Words holding
+# characters beyond Latin script (CJK runs hold their bigrams anywhere) are always analyzed.
+@lru_cache(maxsize=4096)
+def _candidate_words(terms: frozenset[str]) -> re.Pattern:
+    heads = sorted({t[:2] for t in terms}, key=len, reverse=True)
+    starts = "|".join(map(re.escape, heads)) or "(?!)"
+    return re.compile(rf"(?<!\w)(?:(?:{starts})\w*|\w*[^\W\x00-\u024f]\w*)", re.IGNORECASE)
+
+
 def excerpt(text: str, terms: frozenset[str], *, offset: int = 0, window: int = WINDOW) -> tuple[int, int]:
     """The [start, end) of the best window of `text`, shifted by `offset`."""
     if len(text) <= window:
         return offset, offset + len(text)
-    hits = [(m.start(), m.end(), t) for m in _WORD.finditer(text) for t in _terms(m.group().lower()) if t in terms]
+    hits = [(m.start(), m.end(), t) for m in _candidate_words(terms).finditer(text)
+            for t in _terms(m.group().lower()) if t in terms]
     best_start, best_score = 0, 0
     j = 0
     for i, (start, _, _) in enumerate(hits):

@@ -682,6 +682,46 @@ def test_concurrent_retries_share_one_receipt(server, make_key, org, api):
     assert len(listed) == 2
 
 
+def test_concurrent_single_ingests_each_get_their_own_answer(server, make_key, org, api):
+    # docs/decisions.md "Group commit": concurrent single ingests of one key share a transaction,
+    # and each request is answered as if alone (part1 rule 1 idempotency, rule 2 per-entry checks).
+    from concurrent.futures import ThreadPoolExecutor
+
+    corpus = create_corpus(api, _cid())
+    secret = make_key(org)
+    retried = text_command(corpus, "retried", "the same request sent eight times")
+    contested = uuid.uuid4().hex
+    requests = (
+        [("distinct", text_command(corpus, f"d{i}", f"distinct text {i}")) for i in range(8)]
+        + [("retried", retried)] * 8
+        + [("contested", text_command(corpus, f"c{i}", f"contested body {i}", key=contested)) for i in range(4)]
+        + [("unknown corpus", text_command(f"missing-{uuid.uuid4().hex[:6]}", f"u{i}", "x")) for i in range(4)]
+    )
+
+    def send(request):
+        kind, body = request
+        with client_for(server, secret) as c:
+            return kind, c.post("/v0/records", json=body)
+
+    with ThreadPoolExecutor(len(requests)) as pool:
+        answers = list(pool.map(send, requests))
+    by_kind: dict[str, list] = {}
+    for kind, r in answers:
+        by_kind.setdefault(kind, []).append(r)
+    assert all(r.status_code == 202 for r in by_kind["distinct"])
+    assert len({r.json()["receipt_id"] for r in by_kind["distinct"]}) == 8
+    assert all(r.status_code == 202 for r in by_kind["retried"])
+    assert len({r.json()["receipt_id"] for r in by_kind["retried"]}) == 1
+    assert sorted(r.status_code for r in by_kind["contested"]) == [202, 409, 409, 409]
+    for r in by_kind["contested"]:
+        if r.status_code == 409:
+            assert_error(r, 409, "idempotency_conflict")
+    for r in by_kind["unknown corpus"]:
+        assert_error(r, 404, "not_found")
+    for r in by_kind["distinct"] + by_kind["retried"][:1]:
+        assert wait_resolved(api, r.json()["receipt_id"])["outcome"] == "created"
+
+
 # ----------------------------------------------------------------- Blob references need blobs:read
 
 

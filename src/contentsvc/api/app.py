@@ -26,6 +26,7 @@ from contentsvc.monitoring import match_routes
 from contentsvc.monitoring import routes as monitoring_routes
 from contentsvc.plugins import routes as plugin_routes
 from contentsvc.auth.cache import KEYS_CHANNEL, PrincipalCache
+from contentsvc.commands.group_commit import SingleCommandGroups
 from contentsvc.readmodel.changes import FEED_PROJECTOR, FeedTicker
 from contentsvc.config import MAX_BATCH_BYTES, Settings
 from contentsvc.storage.availability import (
@@ -186,7 +187,7 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
         feed_moved, lexical_moved, keys = FeedTicker(), FeedTicker(), PrincipalCache()
         app.state.services = Services(settings, pool, CursorCodec(secret), feed_moved,
                                       LexicalSearcher(settings.home, lexical_moved), VectorSearcher(settings.home),
-                                      public_base_url, keys)
+                                      public_base_url, keys, SingleCommandGroups(pool))
         tasks = [asyncio.create_task(_listen(database_url, settings, feed_moved, lexical_moved, keys)),
                  asyncio.create_task(watch.run())]
         try:

@@ -11,6 +11,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from contentsvc.auth.cache import PrincipalCache
 from contentsvc.auth.principal import INVALID_KEY, Principal, bearer_secret, load_principal
+from contentsvc.commands.group_commit import SingleCommandGroups
 from contentsvc.readmodel.changes import FeedTicker
 from contentsvc.config import Settings
 from contentsvc.domain.cursors import CursorCodec, InvalidCursor
@@ -32,6 +33,7 @@ class Services:
     vectors: VectorSearcher  # the serving vector generation's snapshot and the query embedder
     public_base_url: str  # where clients reach this API: the base of the URLs it hands out
     keys: PrincipalCache  # cleared by the listening connection whenever a key changes
+    single_commands: SingleCommandGroups  # concurrent single ingests of a key share a commit
 
 
 def services(request: Request) -> Services:

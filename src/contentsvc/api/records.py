@@ -64,8 +64,7 @@ async def _receipts_for(request: Request, p, accepted: list, commands_: list) ->
 
 
 async def _accept_one(request: Request, p, cmd, family: str) -> Response:
-    async with services(request).pool.connection() as conn:
-        [result] = await commands.accept_source_commands(conn, p, [cmd], family)
+    result = await services(request).single_commands.accept(p, cmd, family)  # group commit
     if isinstance(result, ApiError):
         raise result
     receipt = (await _receipts_for(request, p, [result], [cmd]))[result.receipt_id]

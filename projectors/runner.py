@@ -131,7 +131,7 @@ async def run(
                 while not stop.is_set():
                     if not await projector.step(work):
                         await _wait_for_commit(listener, min(poll_seconds, projector.idle_poll_seconds() or poll_seconds),
-                                               coalesce_seconds)
+                                               projector.coalesce_seconds or coalesce_seconds)
             return
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if not connection_lost(exc):

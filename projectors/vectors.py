@@ -92,6 +92,8 @@ class Embeddable:
 
 class VectorProjector(GenerationFold):
     name = KIND
+    # Enrichment, off the path to searchable: fewer, larger steps (embeddings batch better too).
+    coalesce_seconds = 0.2
     batch_size = 256  # embedding a batch takes a while: smaller batches report sooner
 
     def __init__(self, home: Path) -> None:

@@ -264,6 +264,20 @@ def signed_headers(body: bytes, token: str = "fixture-token", at: int | None = N
             "x-fixture-timestamp": str(int(time.time()) if at is None else at), "content-type": "application/json"}
 
 
+def test_a_connector_holds_at_most_20_unrevoked_instance_tokens(deployment):
+    # decisions-part2 "Instance tokens": the 21st unrevoked token is 409 instance_token_limit.
+    c = client(deployment, org())
+    cid = fixture_push(c, create_corpus(c), "tokens")["connector_id"]
+    made = [c.post(f"/v0/connectors/{cid}/instance-tokens", json={"idempotency_key": f"t{i}", "name": f"box {i}"})
+            for i in range(20)]
+    assert [r.status_code for r in made] == [201] * 20
+    assert_error(c.post(f"/v0/connectors/{cid}/instance-tokens", json={"idempotency_key": "t20", "name": "one more"}),
+                 409, "instance_token_limit")
+    assert c.post(f"/v0/connectors/{cid}/instance-tokens/{made[0].json()['token_id']}/revoke", json={}).status_code == 200
+    assert c.post(f"/v0/connectors/{cid}/instance-tokens",
+                  json={"idempotency_key": "t21", "name": "after a revocation"}).status_code == 201
+
+
 def test_push_routes_guard_and_converge_on_receipts(deployment):
     # part 2 "Declared push route" rules 2-12; decisions-part2 "Built-in `fixture` kind", "Instance tokens"
     owner = org()

@@ -4,7 +4,7 @@ append, workers that act on a few event families to those families' channels alo
 from __future__ import annotations
 
 from contentsvc.connectors.worker import ConnectorsWorker
-from contentsvc.monitoring.deliverer import DeliveriesWorker
+from contentsvc.plugins.workers import PluginsWorker
 from contentsvc.projectors.gc import GarbageCollector
 from contentsvc.projectors.lexical import LexicalProjector
 from contentsvc.projectors.runner import wake_channels
@@ -16,7 +16,7 @@ def test_a_fold_listens_to_every_append():
 
 def test_a_worker_listens_to_its_families_only():
     assert wake_channels(ConnectorsWorker) == ["contentsvc_journal_connector", "contentsvc_journal_plugin"]
-    assert "contentsvc_journal" not in wake_channels(DeliveriesWorker)
+    assert "contentsvc_journal" not in wake_channels(PluginsWorker)
 
 
 def test_a_periodic_worker_listens_to_nothing():

@@ -56,8 +56,8 @@ def _tls_failure(exc: BaseException) -> bool:
 
 class DeliveriesWorker(Projector):
     name = "deliveries"
-    # New Matches, redeliveries and Subscription changes; retries come due on its own poll.
-    wakes_on = ("match", "delivery", "subscription")
+    # Woken by every commit (wakes_on stays None): listening to its families alone measured 30 %
+    # fewer deliveries per second in `bench monitoring`'s burst.
     single_instance = False  # leases share the work: any number may run
 
     def __init__(self, settings: Settings) -> None:

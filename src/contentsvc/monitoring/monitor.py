@@ -103,9 +103,6 @@ def record_request(accepted: dict[str, Any], corpus_id: str, enriched: bool) -> 
 
 class MonitorWorker(TableFold):
     name = "monitor"
-    # Matches are due within seconds (p50 202-to-webhook about 0.3 s): steps of 100 ms gather more
-    # Versions per evaluation request.
-    coalesce_seconds = 0.1
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -28,12 +28,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import psycopg
 import tantivy
 
 from contentsvc.bench.driver import DATASETS, RESULTS_DIR, BenchError, Run, closing_lines, meets, write_results
-from contentsvc.bench.search import API_MAX_LIMIT, load_dataset, ndcg_at, recall_at
+from contentsvc.bench.search import API_MAX_LIMIT, ingest_all, load_dataset, ndcg_at, score
 from contentsvc.bench.service import OwnService, api_client, create_corpus
 from contentsvc.search.fusion import Fusion
 from contentsvc.search.service import FUSIONS
@@ -52,24 +51,6 @@ TARGETS = {"scifact_lexical_ndcg10": 0.684, "scifact_hybrid_ndcg10": 0.720}
 class Listed:
     version_id: str
     score: float
-
-
-def entry(corpus: str, doc: dict) -> dict:
-    return {"idempotency_key": f"{corpus}-{doc['_id']}",
-            "source": {"corpus_id": corpus, "namespace": corpus, "record_key": doc["_id"]},
-            "title": doc["title"] or None, "content": {"kind": "text", "text": doc["text"] or doc["title"] or "-"}}
-
-
-async def ingest(client: httpx.AsyncClient, corpus: str, docs: list[dict]) -> None:
-    sem = asyncio.Semaphore(4)
-
-    async def send(batch):
-        async with sem:
-            r = await client.post("/v0/records/batch", json={"entries": [entry(corpus, d) for d in batch]})
-            if r.status_code != 200:
-                raise BenchError(f"batch ingest answered {r.status_code}: {r.text[:300]}")
-
-    await asyncio.gather(*(send(docs[i:i + 100]) for i in range(0, len(docs), 100)))
 
 
 def wait_enriched(database_url: str, expected: dict[str, int], cap_s: float) -> float:
@@ -104,16 +85,6 @@ async def search_all(client, corpus: str, queries: dict[str, str], mode: str, pr
     return out
 
 
-def relevance(rankings: dict[str, list[str]], qrels: dict, depth: int = API_MAX_LIMIT,
-              top10: dict[str, list[str]] | None = None) -> dict:
-    """nDCG@10 (of `top10` when given: the answers to a search of 10 hits) and recall@depth."""
-    n = len(qrels)
-    top10 = rankings if top10 is None else top10
-    return {"ndcg@10": round(sum(ndcg_at(top10.get(q, []), rel) for q, rel in qrels.items()) / n, 4),
-            f"recall@{depth}": round(sum(recall_at(rankings.get(q, []), rel, depth) for q, rel in qrels.items()) / n,
-                                     4)}
-
-
 def keys(answered: dict[str, list[Listed]]) -> dict[str, list[str]]:
     return {q: [r.version_id for r in hits] for q, hits in answered.items()}
 
@@ -135,7 +106,7 @@ def raw_engine(docs: list[dict], queries: dict[str, str], qrels: dict) -> dict:
         words = re.sub(r"[^\w\s]+", " ", queries[qid].lower()).split()
         hits = searcher.search(index.parse_query(" ".join(words), ["text"]), 100).hits if words else []
         rankings[qid] = [searcher.doc(address)["id"][0] for _, address in hits]
-    return {**relevance(rankings, qrels), **relevance(rankings, qrels, 100)}
+    return {**score(rankings, qrels), **score(rankings, qrels, 100)}
 
 
 def fused_ndcg(fusion: Fusion, lists: dict, qrels: dict, qids: list[str]) -> float:
@@ -189,7 +160,7 @@ async def run(args, clock: Run) -> dict:
             for c in COLLECTIONS:
                 await create_corpus(client, c, c)
                 print(f"[bench quality] ingesting {c} ...", file=sys.stderr)
-                await ingest(client, c, data[c][0])
+                await ingest_all(client, data[c][0], c)
             report["embedded_after_s"] = wait_enriched(target.database_url,
                                                        {c: len(data[c][0]) for c in COLLECTIONS}, args.cap)
             with psycopg.connect(target.database_url) as conn:
@@ -208,7 +179,7 @@ async def run(args, clock: Run) -> dict:
                                                                API_MAX_LIMIT)
                     top10 = await search_all(client, c, queries, mode, profile, key_of, 10)
                     name = mode if profile == "default" else f"{mode}_{profile}"
-                    modes[name] = relevance(keys(answered[mode, profile]), qrels, top10=keys(top10))
+                    modes[name] = score(keys(answered[mode, profile]), qrels, top10=keys(top10))
                 lists[c] = {q: (answered["lexical", "default"].get(q, []), answered["semantic", "default"].get(q, []))
                             for q in qrels}
                 print(f"[bench quality] {c} raw engine ...", file=sys.stderr)

@@ -58,20 +58,22 @@ def recall_at(ranked: list[str], rel: dict[str, int], k: int) -> float:
     return len(set(ranked[:k]) & set(rel)) / len(rel)
 
 
-def entry(doc: dict) -> dict:
-    return {"idempotency_key": f"scifact-{doc['_id']}",
-            "source": {"corpus_id": CORPUS, "namespace": "scifact", "record_key": doc["_id"]},
+def entry(doc: dict, corpus: str = CORPUS) -> dict:
+    """A collection document as an ingest command (the Corpus, also its namespace and key prefix)."""
+    return {"idempotency_key": f"{corpus}-{doc['_id']}",
+            "source": {"corpus_id": corpus, "namespace": corpus, "record_key": doc["_id"]},
             "title": doc["title"] or None, "content": {"kind": "text", "text": doc["text"] or doc["title"] or "-"}}
 
 
-async def ingest_all(client: httpx.AsyncClient, docs: list[dict]) -> float:
+async def ingest_all(client: httpx.AsyncClient, docs: list[dict], corpus: str = CORPUS) -> float:
     started = time.perf_counter()
     sem = asyncio.Semaphore(4)
 
     async def send(batch):
         async with sem:
-            r = await client.post("/v0/records/batch", json={"entries": [entry(d) for d in batch]})
-            r.raise_for_status()
+            r = await client.post("/v0/records/batch", json={"entries": [entry(d, corpus) for d in batch]})
+            if r.status_code != 200:
+                raise BenchError(f"batch ingest answered {r.status_code}: {r.text[:300]}")
 
     await asyncio.gather(*(send(docs[i:i + 100]) for i in range(0, len(docs), 100)))
     return time.perf_counter() - started
@@ -122,12 +124,14 @@ async def run_queries(client, queries: dict[str, str], mode: str, concurrency: i
     return rankings, latencies, errors, time.perf_counter() - started
 
 
-def score(rankings: dict[str, list[str]], qrels: dict) -> dict:
+def score(rankings: dict[str, list[str]], qrels: dict, depth: int = API_MAX_LIMIT,
+          top10: dict[str, list[str]] | None = None) -> dict:
+    """nDCG@10 (of `top10` when given: the answers to a search of 10 hits) and recall@depth."""
     n = len(qrels)
+    top10 = rankings if top10 is None else top10
     return {
-        "ndcg@10": round(sum(ndcg_at(rankings.get(q, []), rel) for q, rel in qrels.items()) / n, 4),
-        f"recall@{API_MAX_LIMIT}": round(sum(recall_at(rankings.get(q, []), rel, API_MAX_LIMIT)
-                                             for q, rel in qrels.items()) / n, 4),
+        "ndcg@10": round(sum(ndcg_at(top10.get(q, []), rel) for q, rel in qrels.items()) / n, 4),
+        f"recall@{depth}": round(sum(recall_at(rankings.get(q, []), rel, depth) for q, rel in qrels.items()) / n, 4),
     }
 
 

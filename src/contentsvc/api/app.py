@@ -25,7 +25,8 @@ from contentsvc.monitoring import previews as subscription_previews
 from contentsvc.monitoring import match_routes
 from contentsvc.monitoring import routes as monitoring_routes
 from contentsvc.plugins import routes as plugin_routes
-from contentsvc.auth.cache import KEYS_CHANNEL, PrincipalCache
+from contentsvc.auth.cache import PrincipalCache
+from contentsvc.auth.keys import KEYS_CHANNEL
 from contentsvc.commands.group_commit import SingleCommandGroups
 from contentsvc.readmodel.changes import FEED_PROJECTOR, FeedTicker
 from contentsvc.config import MAX_BATCH_BYTES, Settings

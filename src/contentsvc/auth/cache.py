@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable
 
-from contentsvc.auth.keys import KEYS_CHANNEL, hash_secret
+from contentsvc.auth.keys import hash_secret
 from contentsvc.auth.principal import Principal
 
-__all__ = ["KEYS_CHANNEL", "PrincipalCache"]
 MAX_ENTRIES = 10_000  # keys; past it the cache starts again empty (keys are few, secrets guessed are never cached)
 
 
@@ -54,4 +53,3 @@ class PrincipalCache:
                 self._by_hash = {}
             self._by_hash[digest] = principal
         return principal
-

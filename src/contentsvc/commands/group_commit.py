@@ -15,7 +15,6 @@ with the same answer (503), as it would have failed each of them alone.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -25,43 +24,37 @@ from contentsvc.domain.errors import ApiError
 
 MAX_GROUP = 100  # commands per transaction: a batch's size
 
-
-@dataclass
-class _Queue:
-    principal: Principal
-    waiting: list[tuple[SourceCommand, asyncio.Future]] = field(default_factory=list)
+Waiting = list[tuple[SourceCommand, asyncio.Future]]
 
 
 class SingleCommandGroups:
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
         # (Principal, family) -> commands not yet taken: one key's requests, as it authorized them.
-        self._queues: dict[tuple[Principal, str], _Queue] = {}
-        self._leaders: set[tuple[Principal, str]] = set()
+        self._queues: dict[tuple[Principal, str], Waiting] = {}
+        # The leader of each key that has one; held here, as the event loop keeps only weak references.
+        self._leaders: dict[tuple[Principal, str], asyncio.Task] = {}
 
     async def accept(self, p: Principal, cmd: SourceCommand, family: str) -> Accepted | ApiError:
         key = (p, family)
-        queue = self._queues.setdefault(key, _Queue(p))
         outcome: asyncio.Future = asyncio.get_running_loop().create_future()
         outcome.add_done_callback(_retrieved)  # a request that went away leaves its outcome unread
-        queue.waiting.append((cmd, outcome))
+        self._queues.setdefault(key, []).append((cmd, outcome))
         if key not in self._leaders:
-            self._leaders.add(key)
             # Not this request's task: a client that goes away must not take the others' commit along.
-            asyncio.create_task(self._lead(key, family))
+            self._leaders[key] = asyncio.create_task(self._lead(key))
         return await asyncio.shield(outcome)
 
-    async def _lead(self, key: tuple[Principal, str], family: str) -> None:
+    async def _lead(self, key: tuple[Principal, str]) -> None:
         try:
-            while (queue := self._queues.pop(key, None)) is not None:
-                taken, rest = queue.waiting[:MAX_GROUP], queue.waiting[MAX_GROUP:]
-                if rest:
-                    self._queues[key] = _Queue(queue.principal, rest)
-                await self._commit(queue.principal, taken, family)
+            while (waiting := self._queues.pop(key, None)) is not None:
+                if len(waiting) > MAX_GROUP:
+                    self._queues[key] = waiting[MAX_GROUP:]
+                await self._commit(*key, waiting[:MAX_GROUP])
         finally:
-            self._leaders.discard(key)
+            del self._leaders[key]
 
-    async def _commit(self, p: Principal, taken: list[tuple[SourceCommand, asyncio.Future]], family: str) -> None:
+    async def _commit(self, p: Principal, family: str, taken: Waiting) -> None:
         try:
             async with self.pool.connection() as conn:
                 results = await accept_source_commands(conn, p, [cmd for cmd, _ in taken], family)

@@ -49,14 +49,14 @@ def cjk_bigrams(text: str) -> str:
     return _CJK_RUN.sub(_bigrams, text) if _CJK_RUN.search(text) else text
 
 
-def build_analyzer() -> tantivy.TextAnalyzer:
-    return (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-        .filter(tantivy.Filter.remove_long(40))
-        .filter(tantivy.Filter.lowercase())
-        .filter(tantivy.Filter.stemmer("english"))
-        .build()
-    )
+def build_analyzer(stop_words: list[str] | None = None) -> tantivy.TextAnalyzer:
+    """`en_stem`; `stop_words` only for indexes of the earlier layout, which removed them."""
+    builder = (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+               .filter(tantivy.Filter.remove_long(40))
+               .filter(tantivy.Filter.lowercase()))
+    if stop_words:
+        builder = builder.filter(tantivy.Filter.custom_stopword(stop_words))
+    return builder.filter(tantivy.Filter.stemmer("english")).build()
 
 
 _ANALYZER = build_analyzer()

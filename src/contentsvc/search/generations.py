@@ -29,7 +29,12 @@ class Generation:
         return f"{self.kind}:{self.generation_id}"
 
     def path(self, home: Path) -> Path:
-        return home / "indexes" / self.kind / self.generation_id
+        return index_path(home, self.kind, self.generation_id)
+
+
+def index_path(home: Path, kind: str, generation_id: str) -> Path:
+    """Where a generation's files live."""
+    return home / "indexes" / kind / generation_id
 
 
 async def serving(conn: AsyncConnection, kind: str) -> Generation | None:

@@ -52,7 +52,7 @@ class Layout:
     def texts(self, title: str, body: str, extra: str) -> dict[str, str]:
         """A segment's document texts: one field scores title, Part text and the other search
         fields together (SciFact nDCG@10 0.687 against 0.666 with title and body apart)."""
-        if self.text_fields == ("text",):
+        if self is CURRENT:
             return {"text": cjk_bigrams("\n".join(t for t in (title, body, extra) if t))}
         return {"title": title, "body": body, "fields": extra}
 
@@ -67,17 +67,6 @@ _LEGACY_STOPWORDS = [
     "will", "with",
 ]
 SCHEMA = CURRENT.schema()  # the raw fields, the same in every layout, are looked up in this one
-
-
-def _legacy_analyzer() -> tantivy.TextAnalyzer:
-    return (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-        .filter(tantivy.Filter.remove_long(40))
-        .filter(tantivy.Filter.lowercase())
-        .filter(tantivy.Filter.custom_stopword(_LEGACY_STOPWORDS))
-        .filter(tantivy.Filter.stemmer("english"))
-        .build()
-    )
 
 
 class IndexUnavailable(Exception):
@@ -105,7 +94,7 @@ def open_index(path: Path, create: bool = False) -> tuple[tantivy.Index, Layout]
     except (ValueError, OSError) as exc:
         raise IndexUnavailable(str(exc)) from exc
     index.register_tokenizer(layout.analyzer,
-                             analysis.build_analyzer() if layout is CURRENT else _legacy_analyzer())
+                             analysis.build_analyzer(None if layout is CURRENT else _LEGACY_STOPWORDS))
     return index, layout
 
 

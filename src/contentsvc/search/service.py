@@ -78,7 +78,7 @@ class LexicalSearcher:
         after the commit that completed it, which this reader may not have seen yet."""
         if generation_id is None:
             raise search_unavailable("no lexical generation has been built yet")
-        path = generations.Generation(generation_id, generations.LEXICAL, "serving", 0).path(self.home)
+        path = generations.index_path(self.home, generations.LEXICAL, generation_id)
         if not (path / "meta.json").exists():  # files gone: an error, never empty hits
             raise search_unavailable(f"generation {generation_id} has no index files")
         if generation_id != self._generation:

@@ -55,8 +55,9 @@ class Projector(ABC):
     # every append. A worker that acts on a few families, and polls for the rest of its work,
     # listens to their channels alone (schema/025) and is not woken by each ingest.
     wakes_on: ClassVar[tuple[str, ...] | None] = None
-    # How long commits gather after a wake-up before the next step (None: the runner's 50 ms).
-    # Longer for a fold whose every step has a high fixed cost, such as an index commit.
+    # How long commits gather after a wake-up before the next step when they arrive quickly
+    # (runner.Pace; None: the runner's 50 ms). Longer for a fold whose every step has a high
+    # fixed cost, such as an index commit.
     coalesce_seconds: ClassVar[float | None] = None
 
     @classmethod

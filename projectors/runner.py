@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
+from collections import deque
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
@@ -67,13 +69,31 @@ async def _sleep_unless_stopped(seconds: float, stop: asyncio.Event) -> None:
         pass
 
 
-async def _wait_for_commit(listener: AsyncConnection, poll_seconds: float, coalesce_seconds: float) -> None:
-    """Until the next journal commit (or the poll interval); then let a few more commits
-    gather, so that a busy journal is folded in batches rather than one per append."""
+class Pace:
+    """Whether commits arrive fast enough to be worth gathering before a step.
+
+    Gathering trades latency for batch size. A busy journal (at least BUSY_WAKES wake-ups within
+    the last second) is folded in batches, one step per `coalesce_seconds`; a quiet one is folded
+    at once, so a lone write is searchable without waiting out a gathering meant for a stream."""
+
+    BUSY_WAKES = 8
+
+    def __init__(self) -> None:
+        self._wakes: deque[float] = deque(maxlen=self.BUSY_WAKES)
+
+    def busy_after_wake(self, now: float) -> bool:
+        self._wakes.append(now)
+        return len(self._wakes) == self.BUSY_WAKES and now - self._wakes[0] < 1.0
+
+
+async def _wait_for_commit(listener: AsyncConnection, poll_seconds: float, coalesce_seconds: float,
+                           pace: Pace) -> None:
+    """Until the next journal commit (or the poll interval); then, when commits come quickly,
+    let a few more gather, so that a busy journal is folded in batches rather than one per append."""
     woken = False
     async for _ in listener.notifies(timeout=poll_seconds, stop_after=1):
         woken = True
-    if woken:
+    if woken and pace.busy_after_wake(time.monotonic()):
         await asyncio.sleep(coalesce_seconds)
         async for _ in listener.notifies(timeout=0):
             pass
@@ -128,10 +148,11 @@ async def run(
                     started = True
                 if outage.back():
                     delay = retry_first_seconds
+                pace = Pace()
                 while not stop.is_set():
                     if not await projector.step(work):
                         await _wait_for_commit(listener, min(poll_seconds, projector.idle_poll_seconds() or poll_seconds),
-                                               projector.coalesce_seconds or coalesce_seconds)
+                                               projector.coalesce_seconds or coalesce_seconds, pace)
             return
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if not connection_lost(exc):

@@ -7,7 +7,7 @@ from contentsvc.connectors.worker import ConnectorsWorker
 from contentsvc.plugins.workers import PluginsWorker
 from contentsvc.projectors.gc import GarbageCollector
 from contentsvc.projectors.lexical import LexicalProjector
-from contentsvc.projectors.runner import wake_channels
+from contentsvc.projectors.runner import Pace, wake_channels
 
 
 def test_a_fold_listens_to_every_append():
@@ -21,3 +21,11 @@ def test_a_worker_listens_to_its_families_only():
 
 def test_a_periodic_worker_listens_to_nothing():
     assert wake_channels(GarbageCollector) == []
+
+
+def test_commits_are_gathered_only_while_they_come_quickly():
+    # A lone write is folded at once (freshness); a stream of them, in batches (throughput).
+    pace = Pace()
+    assert not any(pace.busy_after_wake(t * 0.3) for t in range(20))  # about three a second: quiet
+    assert [pace.busy_after_wake(10 + t * 0.01) for t in range(Pace.BUSY_WAKES)][-1]  # eight within 80 ms
+    assert not pace.busy_after_wake(15.0)  # after a pause, the next one is quiet again

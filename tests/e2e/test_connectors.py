@@ -16,7 +16,7 @@ import pytest
 
 from contentsvc.processes.local_service import free_port
 
-from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, key_for, until
+from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, key_for, until, wait_resolved
 from tests.e2e.conftest import changes, feed_start
 from tests.integration.feed_server import FEEDS, FeedServer
 
@@ -320,9 +320,9 @@ def test_push_routes_guard_and_converge_on_receipts(deployment):
 
     # Request guards: undeclared route and method, size, JSON, request_schema.
     assert_error(pusher.post(f"{api}/nowhere", json=items("d")), 404, "not_found")
-    wrong_method = pusher.put(f"{api}/ingest_key", json=items("d"))
+    wrong_method = pusher.put(f"{api}/ingest", json=items("d"))
     assert_error(wrong_method, 405, "method_not_allowed")
-    assert "POST" in wrong_method.headers["allow"]
+    assert wrong_method.headers["allow"] == "POST"
     assert_error(pusher.post(f"{api}/ingest_key", content=b"x" * (1024 * 1024 + 1)), 413, "request_too_large")
     assert_error(pusher.post(f"{api}/ingest_key", content=b"{not json"), 400, "malformed_json")
     assert_error(pusher.post(f"{api}/ingest_key", json={"things": []}), 422, "invalid_schema")
@@ -355,6 +355,43 @@ def test_push_routes_guard_and_converge_on_receipts(deployment):
     c.post(f"/v0/connectors/{cid}/disable", json={})
     assert_error(pusher.post(f"{api}/ingest_key", json=items("z")), 404, "not_found")
     assert_error(anon.post(f"/v0/connector-webhooks/{cid}", json=items("z")), 404, "not_found")
+
+
+def test_declared_routes_answer_each_declared_method(deployment):
+    # decisions-part2 "Push route": methods are a subset of POST, PUT, PATCH, DELETE, GET only for a
+    # challenge; part 2 "Declared push route" rules 3 and 12. The fixture kind's `ingest_key` declares
+    # the four writing methods (DELETE withdraws its items), `signed` POST and a GET challenge.
+    owner = org()
+    c = client(deployment, owner)
+    corpus = create_corpus(c)
+    cid = fixture_push(c, corpus, "methods")["connector_id"]
+    pusher = client(deployment, owner, actions="connector:push")
+    api = f"/v0/connectors/{cid}/api"
+
+    put = pusher.put(f"{api}/ingest_key", json=items("m1"))
+    patch = pusher.patch(f"{api}/ingest_key", json=items("m2"))
+    assert (put.status_code, patch.status_code) == (202, 202), (put.text, patch.text)
+    for answer, key in ((put, "m1"), (patch, "m2")):
+        assert [r["source"]["record_key"] for r in answer.json()["receipts"]] == [key]
+    until(lambda: len(hits(c, "pushed notice", corpus)) == 2 or None, "PUT and PATCH items searchable")
+    deleted = pusher.request("DELETE", f"{api}/ingest_key", json=items("m1"))
+    assert deleted.status_code == 202, deleted.text
+    kept = wait_resolved(c, patch.json()["receipts"][0]["receipt_id"])["record_id"]
+    until(lambda: [h["record_id"] for h in hits(c, "pushed notice", corpus)] == [kept] or None,
+          "the DELETEd item withdrawn")
+
+    # A GET challenge skips the signature guards and gets the plugin's own answer back.
+    challenge = httpx.get(f"{deployment[0].base_url}{api}/signed", params={"challenge": "c-41"}, timeout=30)
+    assert challenge.status_code == 200 and challenge.text == "c-41"
+    assert "service-response-origin" not in challenge.headers
+    # GET where no challenge is declared is 405 naming what is; an unknown instance is 404 first.
+    refused = pusher.get(f"{api}/ingest_key")
+    assert_error(refused, 405, "method_not_allowed")
+    assert refused.headers["allow"] == "DELETE, PATCH, POST, PUT"
+    assert_error(pusher.patch("/v0/connectors/con_missing/api/ingest", json=items("x")), 404, "not_found")
+    # rule 11: every attempt is audited, whatever its method.
+    counters = c.get(f"/v0/connectors/{cid}").json()["push_counters"]
+    assert (counters["received"], counters["refused"]) == (4, 1)
 
 
 def msgspec_bytes(value) -> bytes:

@@ -55,9 +55,9 @@ FIXTURE_KIND = msgspec.convert({
     "push": {"relay": True, "routes": [
         {"name": "ingest", "path": "ingest", "methods": ["POST"], "auth": "instance_token",
          "request_schema": {"type": "object", "required": ["items"], "properties": {"items": {"type": "array"}}}},
-        {"name": "ingest_key", "path": "ingest_key", "methods": ["POST"], "auth": "service_key",
+        {"name": "ingest_key", "path": "ingest_key", "methods": ["POST", "PUT", "PATCH", "DELETE"], "auth": "service_key",
          "request_schema": {"type": "object", "required": ["items"], "properties": {"items": {"type": "array"}}}},
-        {"name": "signed", "path": "signed", "methods": ["POST"], "auth": "signature",
+        {"name": "signed", "path": "signed", "methods": ["POST", "GET"], "auth": "signature",
          "signature_header": "x-fixture-signature", "timestamp_header": "x-fixture-timestamp", "window_seconds": 300,
          "request_schema": {"type": "object", "required": ["items"], "properties": {"items": {"type": "array"}}}}]},
 }, ConnectorKind)

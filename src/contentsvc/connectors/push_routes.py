@@ -167,12 +167,17 @@ def _json(raw: bytes) -> Any:
 
 def _fixture_receive(row: dict[str, Any], credential: dict | None, route_name: str, route: PushRoute | None,
                      request: Request, raw: bytes) -> tuple[dict[str, Any], list[dict]]:
-    """The built-in fixture kind's side of a push: `signed` checks hex HMAC-SHA256(token, raw body)."""
+    """The built-in fixture kind's side of a push: `signed` checks hex HMAC-SHA256(token, raw body);
+    a GET challenge is answered with its `challenge` query parameter; DELETE withdraws the items."""
     error = row["config"].get("error")
     if error:
         if error["error_class"] == "transient":
             raise _plugin_unavailable()
         raise ApiError(500, "push_failed", f"The fixture configuration fails every push ({error['code']}).")
+    if request.method == "GET":
+        challenge = request.query_params.get("challenge", "")
+        return {"status": 200, "headers": {"content-type": "text/plain"},
+                "body_base64": base64.b64encode(challenge.encode()).decode()}, []
     if route is not None and route.auth == "signature":
         token = (credential or {}).get("token", "")
         expected = hmac.new(token.encode(), raw, hashlib.sha256).hexdigest()
@@ -184,7 +189,9 @@ def _fixture_receive(row: dict[str, Any], credential: dict | None, route_name: s
     if not isinstance(items, list):
         raise PluginVerdict(400, "application/json", b'{"code":"bad_request","message":"expected {items: [...]}",'
                                                      b'"retryable":false}')
-    return {"status": 200}, [fixture_item(i, n) if isinstance(i, dict) else {} for n, i in enumerate(items)]
+    withdraw = request.method == "DELETE"
+    return {"status": 200}, [fixture_item({**i, "withdraw": True} if withdraw else i, n) if isinstance(i, dict) else {}
+                             for n, i in enumerate(items)]
 
 
 async def _ingest(conn, served: ServedKind, row: dict[str, Any], items: list[dict]) -> list[dict]:
@@ -238,13 +245,14 @@ def _client_ip(request: Request, settings) -> str:
     return client_address(peer, request.headers.get("x-forwarded-for"), settings.connectors.trusted_proxies)
 
 
-@operation("pushConnectorAPI", "POST", "/v0/connectors/{connector_id}/api/{path}", permission=None,
-           body=PUSH_BODY, headers=(("idempotency-key", False),), responses={202: PushAccepted})
-async def push_connector_api(call: Call[None, None], connector_id: str, path: str) -> Response:
+async def _push(call: Call[None, None], connector_id: str, path: str) -> Response:
+    """One request on a declared route, whatever its method: POST, PUT, PATCH and DELETE carry JSON
+    items; GET (a source's challenge) carries none and gets the plugin's own answer back."""
     request = call.request
     svc = services(request)
     settings = svc.settings
     client_ip = _client_ip(request, settings)
+    challenge = request.method == "GET"
     async with svc.pool.connection() as conn:
         row, served = await _instance(conn, settings, connector_id)
         attempt = Attempt(row, "unknown", request.method, client_ip)
@@ -259,6 +267,9 @@ async def push_connector_api(call: Call[None, None], connector_id: str, path: st
             check_allowed(client_ip, (row["push_policy"] or {}).get("allowed_cidrs"))
             if route.auth != "signature":
                 await _authorize(conn, request, row, route)
+            if challenge:  # rule 12: GET challenges bypass the signature guards; nothing to replay
+                _take_token(attempt, row)
+                return _plugin_answer(await _bounded(_deliver(conn, settings, served, row, route, request, raw)))
             _json_body(raw, route)
             key = check_idempotency_key(request.headers.get("idempotency-key"))
             replayable = key is not None and route.auth != "signature"
@@ -272,7 +283,7 @@ async def push_connector_api(call: Call[None, None], connector_id: str, path: st
                 _take_token(attempt, row)
                 if route.auth == "signature":
                     await _reserve_signature(conn, connector_id, request, route, key)
-                receipts = await _bounded(_deliver(conn, settings, served, row, route, request, raw))
+                _, receipts = await _bounded(_deliver(conn, settings, served, row, route, request, raw))
             except BaseException as exc:
                 if replayable:
                     await push_store.complete_key(conn, connector_id, key, _kept(exc))
@@ -284,6 +295,32 @@ async def push_connector_api(call: Call[None, None], connector_id: str, path: st
             return Response(answer, status_code=202, media_type="application/json")
 
         return await _audited(conn, attempt, work)
+
+
+PUSH_PATH = "/v0/connectors/{connector_id}/api/{path}"
+
+
+def _push_operation(operation_id: str, method: str):
+    """pushConnectorAPI under one method (decisions-part2 "Push route": methods are a subset of
+    POST, PUT, PATCH and DELETE, GET only for a challenge). Every method is routed here, declared
+    or not, so the guards answer in the contract's order: an unknown instance is 404 before an
+    undeclared method is 405, and each attempt is audited."""
+    if method == "GET":
+        declared = {"responses": {200: RELAY_BODY}}
+    else:
+        declared = {"body": PUSH_BODY, "headers": (("idempotency-key", False),), "responses": {202: PushAccepted}}
+
+    async def push(call: Call[None, None], connector_id: str, path: str) -> Response:
+        return await _push(call, connector_id, path)
+
+    push.__name__ = push.__qualname__ = f"push_connector_api_{method.lower()}"
+    return operation(operation_id, method, PUSH_PATH, permission=None, **declared)(push)
+
+
+PUSH_OPERATIONS = [_push_operation("pushConnectorAPI", "POST"), _push_operation("pushConnectorAPIPut", "PUT"),
+                   _push_operation("pushConnectorAPIPatch", "PATCH"),
+                   _push_operation("pushConnectorAPIDelete", "DELETE"),
+                   _push_operation("challengeConnectorAPI", "GET")]
 
 
 async def _reserve_signature(conn, connector_id: str, request: Request, route: PushRoute, key: str | None) -> None:
@@ -323,15 +360,27 @@ async def _bounded(coroutine):
                        retryable=True, headers={"Retry-After": "5"}) from None
 
 
-async def _deliver(conn, settings, served: ServedKind, row: dict[str, Any], route: PushRoute, request: Request,
-                   raw: bytes) -> list[dict]:
+async def _deliver(conn, settings, served: ServedKind, row: dict[str, Any], route: PushRoute | None,
+                   request: Request, raw: bytes) -> tuple[dict[str, Any], list[dict]]:
+    """The plugin's answer to the request (`route` None: the relay) and the Receipts of its items."""
     try:
-        _, items = await _receive(settings, served, row, route.name, request, raw, route, STAGE_SECONDS)
+        answer, items = await _receive(settings, served, row, RELAY if route is None else route.name, request, raw,
+                                       route, STAGE_SECONDS)
     except sealed.Unreadable:
         raise _plugin_unavailable() from None
     receipts = await _ingest(conn, served, row, items)
     await _mark_push_active(conn, row)
-    return receipts
+    return answer, receipts
+
+
+def _plugin_answer(delivered: tuple[dict[str, Any], list[dict]]) -> Response:
+    """The plugin's own `response` (a challenge's answer, the relay's reply), a 2xx status kept."""
+    answer = delivered[0]
+    status = answer.get("status", 200) if isinstance(answer.get("status"), int) else 200
+    headers = {k: v for k, v in (answer.get("headers") or {}).items() if isinstance(v, str)}
+    body = base64.b64decode(answer.get("body_base64") or "")
+    return Response(body, status_code=status if 200 <= status < 300 else 200, headers=headers,
+                    media_type=headers.pop("content-type", "text/plain"))
 
 
 async def _relay(call: Call, connector_id: str) -> Response:
@@ -357,22 +406,7 @@ async def _relay(call: Call, connector_id: str) -> Response:
             signed = next((r for r in served.description.push.routes if r.auth == "signature"), None)
             if signed is not None and request.method == "POST" and served.provider is not None:
                 await _reserve_signature(conn, connector_id, request, signed, None)
-
-            async def deliver():
-                try:
-                    answer, items = await _receive(settings, served, row, RELAY, request, raw, None, STAGE_SECONDS)
-                except sealed.Unreadable:
-                    raise _plugin_unavailable() from None
-                await _ingest(conn, served, row, items)
-                await _mark_push_active(conn, row)
-                return answer
-
-            answer = await _bounded(deliver())
-            status = answer.get("status", 200) if isinstance(answer.get("status"), int) else 200
-            headers = {k: v for k, v in (answer.get("headers") or {}).items() if isinstance(v, str)}
-            body = base64.b64decode(answer.get("body_base64") or "")
-            return Response(body, status_code=status if 200 <= status < 300 else 200, headers=headers,
-                            media_type=headers.pop("content-type", "text/plain"))
+            return _plugin_answer(await _bounded(_deliver(conn, settings, served, row, None, request, raw)))
 
         return await _audited(conn, attempt, work)
 
@@ -391,4 +425,4 @@ async def relay_connector_delivery(call: Call[None, None], connector_id: str) ->
     return await _relay(call, connector_id)
 
 
-ROUTES = [push_connector_api, relay_connector_challenge, relay_connector_delivery]
+ROUTES = [*PUSH_OPERATIONS, relay_connector_challenge, relay_connector_delivery]

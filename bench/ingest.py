@@ -66,7 +66,7 @@ from contentsvc.bench.service import (
 )
 
 from contentsvc.config import current_settings
-from contentsvc.search.vector_index import engine_vectors_enabled
+from contentsvc.search.engine_space import engine_vectors_enabled
 
 RESULT_PATH = RESULTS_DIR / "ingest.json"
 SERVER_LOG = RESULTS_DIR / "ingest-server.log"

@@ -24,8 +24,6 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import jsonschema
-
 from contentsvc.domain.normalize import nfc
 from contentsvc.ids import new_id
 from contentsvc.plugins.client import PluginClient, PluginFailed, PluginUnreachable
@@ -250,6 +248,8 @@ def answer_problem(answer: dict[str, Any], provider: Provider) -> str | None:
     normalizer = provider.manifest.contributions.normalizer
     max_parts = normalizer.max_parts if normalizer is not None else 256
     namespaces = [x.namespace for x in normalizer.extensions] if normalizer is not None else []
+    import jsonschema  # here: a worker that never calls a normalizer plugin does not load it
+
     error = jsonschema.exceptions.best_match(
         jsonschema.Draft202012Validator(normalizer_response_schema(max_parts, namespaces)).iter_errors(answer))
     if error is not None:

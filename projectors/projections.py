@@ -27,7 +27,7 @@ from contentsvc.domain import operations as ops
 from contentsvc.journal import events as ev
 from contentsvc.journal.codec import decode_payload, fetch_payloads_raw
 from contentsvc.journal.events import JournalEvent, NewEvent
-from contentsvc.search.vector_index import SPACE, engine_vectors_enabled
+from contentsvc.search.engine_space import SPACE, engine_vectors_enabled
 
 
 def backfill_chunk() -> int:

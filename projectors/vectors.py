@@ -45,7 +45,7 @@ from contentsvc.readmodel.changes import head_position
 from contentsvc.search import generations, vector_index
 from contentsvc.search.embedding import INSTALL_HINT, EmbeddingModelMissing
 from contentsvc.search.lexical_index import segments_of
-from contentsvc.search.vector_index import SPACE
+from contentsvc.search.engine_space import SPACE
 
 log = get_logger("contentsvc.projector.vectors")
 

@@ -11,6 +11,12 @@ import signal
 import sys
 from pathlib import Path
 
+if __name__ == "__main__":
+    # A service process (`python -m contentsvc.cli ...`, as the supervisor starts each one) logs
+    # JSON lines and never renders a console traceback; structlog would otherwise import rich for
+    # that, a tenth of a second of every process's start.
+    sys.modules.setdefault("rich", None)
+
 from contentsvc.config import ConfigError, Configuration, Settings, install_settings, load_configuration
 from contentsvc.config.environment import CONFIG_VARIABLE
 from contentsvc.config.loader import DEFAULT_FILE
@@ -349,7 +355,7 @@ def _embedding_model_status(settings: Settings) -> str:
     """A TOML comment saying whether the embedding model is found (semantic search needs it; the
     configuration is valid either way, so this does not change the exit code)."""
     from contentsvc.search.embedding import EmbeddingModelMissing, locate_model
-    from contentsvc.search.vector_index import SPACE
+    from contentsvc.search.engine_space import SPACE
 
     try:
         return f"# embedding model of vector space {SPACE}: found at {locate_model(settings.search.model_dir)}"

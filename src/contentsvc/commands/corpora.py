@@ -18,7 +18,7 @@ from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.readmodel.corpora import existing_corpora
 from contentsvc.readmodel.fold import fold
-from contentsvc.search.vector_index import SPACE, engine_vectors_enabled
+from contentsvc.search.engine_space import SPACE, engine_vectors_enabled
 
 
 async def create_corpus(conn: AsyncConnection, p: Principal, req: CorpusRequest) -> tuple[str, bool]:

@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 
 import msgspec
 import msgspec.inspect
-import numpy as np
 
 from contentsvc.domain.errors import ApiError, invalid_schema
 
@@ -29,9 +28,6 @@ _NAMED_MEMBER = re.compile(r"(?:missing required field|unknown field) `([^`]*)`"
 MAX_JSON_DEPTH = 64
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _NUL_ESCAPE = b"\\u0000"
-_NESTING_STEP = np.zeros(256, dtype=np.int8)  # byte -> +1 opening, -1 closing, 0 other
-_NESTING_STEP[[ord("["), ord("{")]] = 1
-_NESTING_STEP[[ord("]"), ord("}")]] = -1
 
 
 def pointer_token(token: str) -> str:
@@ -74,12 +70,25 @@ def malformed(message: str = "The body is not a JSON object.") -> ApiError:
     return ApiError(400, "malformed_json", message)
 
 
+@cache
+def _nesting_steps():
+    """byte -> +1 opening, -1 closing, 0 other."""
+    import numpy as np
+
+    steps = np.zeros(256, dtype=np.int8)
+    steps[[ord("["), ord("{")]] = 1
+    steps[[ord("]"), ord("}")]] = -1
+    return steps
+
+
 def too_deep(raw: bytes) -> bool:
     """Whether raw JSON nests arrays and objects deeper than MAX_JSON_DEPTH (brackets inside
     strings do not count). Linear and vectorized: a 10 MiB body costs milliseconds."""
     if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
         return False  # not enough brackets to nest that deep
-    steps = _NESTING_STEP[np.frombuffer(_JSON_STRING.sub(b'""', raw), dtype=np.uint8)]
+    import numpy as np  # here: the workers that decode only shallow items never load it
+
+    steps = _nesting_steps()[np.frombuffer(_JSON_STRING.sub(b'""', raw), dtype=np.uint8)]
     return int(np.cumsum(steps, dtype=np.int32).max(initial=0)) > MAX_JSON_DEPTH
 
 

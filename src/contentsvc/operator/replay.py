@@ -105,7 +105,7 @@ async def replay_vectors(url: str, home: Path) -> str:
     """
     from contentsvc.readmodel import vectors as current_vectors
     from contentsvc.search import vector_index
-    from contentsvc.search.vector_index import SPACE
+    from contentsvc.search.engine_space import SPACE
 
     def add(index, rows) -> int:
         if rows:

@@ -37,7 +37,7 @@ from contentsvc.plugins.shapes import (
 )
 from contentsvc.readmodel.vectors import uncovered_current_versions
 from contentsvc.search.embedding import DIMENSIONS, METRIC, MODEL_NAME
-from contentsvc.search.vector_index import SPACE
+from contentsvc.search.engine_space import SPACE
 
 REGISTRATION = "plugin_registration"
 ACTIVATION = "plugin_activation"

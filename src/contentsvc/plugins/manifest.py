@@ -20,8 +20,6 @@ from importlib import resources
 from typing import Any, Literal
 
 import msgspec
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
 # The newest plugin API this engine speaks (part 2 "Versioning": declared routes 0.11,
 # instance tokens and signatures 0.12).
@@ -209,8 +207,12 @@ def meta_schema() -> dict:
     return json.loads(text)
 
 
+# jsonschema is imported where it is used: most processes read manifests only from the registry
+# and never validate one, and the import is a fifth of a worker's start.
 @cache
-def _meta_validator() -> Draft202012Validator:
+def _meta_validator():
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(meta_schema())
 
 
@@ -281,6 +283,9 @@ def _embedded_schemas(document: dict) -> list[tuple[tuple[str | int, ...], objec
 
 
 def _embedded_schema_issues(document: dict) -> list[ManifestIssue]:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     issues = []
     for path, schema in _embedded_schemas(document):
         try:
@@ -353,6 +358,8 @@ def _uniqueness_issues(document: dict) -> list[ManifestIssue]:
 def validate_against(schema: object, instance: object) -> list[ManifestIssue]:
     """An instance (plugin configuration, an expression, a fixture) against a schema the manifest declares;
     pointers are into the instance."""
+    from jsonschema import Draft202012Validator
+
     errors = sorted(Draft202012Validator(schema).iter_errors(instance),
                     key=lambda e: (list(map(str, e.absolute_path)), e.message))
     return [ManifestIssue(pointer(*error.absolute_path), error.message) for error in errors]

@@ -15,16 +15,8 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 
-from contentsvc.config import current_settings
 from contentsvc.search.embedding import DIMENSIONS
-
-SPACE = "minilm_l6_v2"  # the engine-owned vector space
-
-
-def engine_vectors_enabled() -> bool:
-    """New Corpora get the engine's vector space unless `search.engine_vectors` is off
-    (CONTENTSVC_ENGINE_VECTORS=0)."""
-    return current_settings().search.engine_vectors
+from contentsvc.search.engine_space import SPACE
 
 EF_CONSTRUCTION = 200
 M = 16

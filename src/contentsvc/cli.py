@@ -11,10 +11,11 @@ import signal
 import sys
 from pathlib import Path
 
-if __name__ == "__main__":
-    # A service process (`python -m contentsvc.cli ...`, as the supervisor starts each one) logs
-    # JSON lines and never renders a console traceback; structlog would otherwise import rich for
-    # that, a tenth of a second of every process's start.
+# The long-running processes (`python -m contentsvc.cli ...`, as the supervisor starts each one)
+# log JSON lines and never render a console traceback; structlog would otherwise import rich for
+# that, a tenth of a second of every process's start. Operator commands keep rich for progress.
+SERVICE_COMMANDS = (["run"], ["serve"], ["projector", "run"], ["worker", "run"], ["plugin", "serve"])
+if __name__ == "__main__" and any(sys.argv[1:1 + len(c)] == c for c in SERVICE_COMMANDS):
     sys.modules.setdefault("rich", None)
 
 from contentsvc.config import ConfigError, Configuration, Settings, install_settings, load_configuration

@@ -9,11 +9,11 @@ import asyncio
 import psycopg
 import pytest
 from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
 
 from contentsvc.connectors import push_store
 from contentsvc.domain.errors import ApiError
 
-CONNECTOR = {"connector_id": "con_push", "org_id": "org", "corpus_id": "c1"}
 
 
 def run(coroutine):
@@ -58,14 +58,18 @@ def test_fingerprints_are_refused_within_their_window_only(databases):
     run(scenario())
 
 
+def attempt(status: int, code: str | None = None, counter: str | None = None) -> push_store.Attempt:
+    return push_store.Attempt("con_push", "org", "c1", "ingest", "POST", status, code, "127.0.0.1", counter)
+
+
 def test_the_audit_commits_its_event_with_the_counters_or_answers_503(databases):
+    # part 2 "Declared push route" rule 11: every attempt's event and counters commit before the answer
     url = databases.create()
 
     async def scenario():
         async with await AsyncConnection.connect(url) as conn:
-            await push_store.record_attempt(conn, CONNECTOR, "ingest", "POST", 202, None, "127.0.0.1")
-            await push_store.record_attempt(conn, CONNECTOR, "ingest", "POST", 429, "rate_limited", "127.0.0.1",
-                                            "rate_limited")
+            await push_store.record_attempts(conn, [attempt(202)])
+            await push_store.record_attempts(conn, [attempt(429, "rate_limited", "rate_limited")])
             counters = await push_store.counters(conn, "con_push")
             assert (counters["received"], counters["refused"], counters["rate_limited"]) == (1, 1, 1)
             cur = await conn.execute("SELECT kind, corpus_id, subject_type FROM journal WHERE subject_id = 'con_push'"
@@ -76,8 +80,27 @@ def test_the_audit_commits_its_event_with_the_counters_or_answers_503(databases)
             await conn.execute("ALTER TABLE connector_push_counters RENAME TO counters_gone")  # storage fails
             await conn.commit()
             with pytest.raises(ApiError) as refused:
-                await push_store.record_attempt(conn, CONNECTOR, "ingest", "POST", 202, None, "127.0.0.1")
+                await push_store.record_attempts(conn, [attempt(202)])
             assert (refused.value.status, refused.value.code) == (503, "audit_unavailable")
         with psycopg.connect(url) as check:  # nothing of the failed audit was committed
             assert check.execute("SELECT count(*) FROM journal WHERE subject_id = 'con_push'").fetchone()[0] == 2
+    run(scenario())
+
+
+def test_concurrent_attempts_on_a_connector_share_one_audit_commit(databases):
+    # rule 11 under load: each attempt still has its own event; the counters move by the group's sums
+    url = databases.create()
+
+    async def scenario():
+        async with AsyncConnectionPool(url, min_size=1, max_size=4, open=False) as pool:
+            audit = push_store.PushAudit(pool)
+            attempts = [attempt(202) for _ in range(30)] + [attempt(409, "push_replayed") for _ in range(5)] + \
+                [attempt(202, None, "replayed") for _ in range(3)]
+            await asyncio.gather(*(audit.record(a) for a in attempts))
+            async with pool.connection() as conn:
+                counters = await push_store.counters(conn, "con_push")
+                cur = await conn.execute("SELECT count(*), count(DISTINCT xmin::text) FROM journal WHERE subject_id = 'con_push'")
+                events, transactions = await cur.fetchone()
+        assert (counters["received"], counters["refused"], counters["replayed"]) == (33, 5, 3)
+        assert events == 38 and transactions < 38
     run(scenario())

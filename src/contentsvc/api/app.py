@@ -28,6 +28,7 @@ from contentsvc.plugins import routes as plugin_routes
 from contentsvc.auth.cache import PrincipalCache
 from contentsvc.auth.keys import KEYS_CHANNEL
 from contentsvc.commands.group_commit import SingleCommandGroups
+from contentsvc.connectors.push_store import PushAudit
 from contentsvc.readmodel.changes import FEED_PROJECTOR, FeedTicker
 from contentsvc.config import MAX_BATCH_BYTES, Settings
 from contentsvc.storage.availability import (
@@ -188,7 +189,7 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
         feed_moved, lexical_moved, keys = FeedTicker(), FeedTicker(), PrincipalCache()
         app.state.services = Services(settings, pool, CursorCodec(secret), feed_moved,
                                       LexicalSearcher(settings.home, lexical_moved), VectorSearcher(settings.home),
-                                      public_base_url, keys, SingleCommandGroups(pool))
+                                      public_base_url, keys, SingleCommandGroups(pool), PushAudit(pool))
         tasks = [asyncio.create_task(_listen(database_url, settings, feed_moved, lexical_moved, keys)),
                  asyncio.create_task(watch.run())]
         try:

@@ -349,12 +349,11 @@ def connector_principal(row: dict[str, Any]) -> Principal:
                      actions=frozenset({"content:write"}), corpora=frozenset({row["corpus_id"]}))
 
 
-async def accept_items(conn: AsyncConnection, served: ServedKind, row: dict[str, Any], items: list[dict[str, Any]],
-                       invalid: Iterable[int] = ()) -> list[Accepted | ApiError]:
+def item_commands(served: ServedKind, row: dict[str, Any], items: list[dict[str, Any]],
+                  invalid: Iterable[int] = ()) -> list[SourceCommand | ApiError]:
     """Each item as the ingest or withdrawal command a client would send (keys
     `con:{connector_id}:{record_key}:{revision}`, so pulled and pushed items converge on one
-    Receipt), accepted inside the caller's journal transaction; the results in item order. An
-    item that is not a valid item (or is listed in `invalid`) is 422 item_rejected."""
+    Receipt). An item that is not a valid item (or is listed in `invalid`) is 422 item_rejected."""
     producer = served.plugin_id or PRODUCER
     version = served.provider.version if served.provider else None
     invalid = set(invalid)
@@ -366,10 +365,22 @@ async def accept_items(conn: AsyncConnection, served: ServedKind, row: dict[str,
             commands.append(item_command(row, producer, version, item))
         except (msgspec.ValidationError, KeyError, TypeError):
             commands.append(ApiError(422, "item_rejected", "The item is not a valid connector item."))
+    return commands
+
+
+def family_of(command: SourceCommand) -> str:
+    return "ingest" if isinstance(command, IngestCommand) else "withdrawal"
+
+
+async def accept_items(conn: AsyncConnection, served: ServedKind, row: dict[str, Any], items: list[dict[str, Any]],
+                       invalid: Iterable[int] = ()) -> list[Accepted | ApiError]:
+    """The items' commands (item_commands) accepted inside the caller's journal transaction; the
+    results in item order."""
+    commands = item_commands(served, row, items, invalid)
     results: list[Accepted | ApiError | None] = [c if isinstance(c, ApiError) else None for c in commands]
     principal = connector_principal(row)
-    for family, ingest in (("ingest", True), ("withdrawal", False)):
-        picked = [i for i, c in enumerate(commands) if results[i] is None and isinstance(c, IngestCommand) == ingest]
+    for family in ("ingest", "withdrawal"):
+        picked = [i for i, c in enumerate(commands) if results[i] is None and family_of(c) == family]
         if picked:
             accepted = await accept_in_transaction(conn, principal, [commands[i] for i in picked], family)
             for i, result in zip(picked, accepted):

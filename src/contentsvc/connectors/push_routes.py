@@ -29,7 +29,8 @@ from contentsvc.api.routes import Call, Stream, operation
 from contentsvc.auth.principal import bearer_secret, load_principal
 from contentsvc.commands.records import Accepted
 from contentsvc.connectors import instance_tokens, push_store, views
-from contentsvc.connectors.commands import accept_items, connector_principal
+from contentsvc.commands.group_commit import SingleCommandGroups
+from contentsvc.connectors.commands import accept_items, connector_principal, family_of, item_commands
 from contentsvc.connectors.credentials import open_credential
 from contentsvc.connectors.kinds import ServedKind, served_kinds
 from contentsvc.connectors.pages import fixture_item
@@ -194,18 +195,32 @@ def _fixture_receive(row: dict[str, Any], credential: dict | None, route_name: s
                              for n, i in enumerate(items)]
 
 
-async def _ingest(conn, served: ServedKind, row: dict[str, Any], items: list[dict]) -> list[dict]:
+async def _ingest(conn, groups: SingleCommandGroups, served: ServedKind, row: dict[str, Any],
+                  items: list[dict]) -> list[dict]:
     """The items through the ingestion path; their Receipts in item order (rule 7: a refused item is
-    422 item_rejected, while the others may already be accepted)."""
-    async with journal_transaction(conn):
-        results = await accept_items(conn, served, row, items)
+    422 item_rejected, while the others may already be accepted). Items of one family go through
+    the single-ingest group commit, so concurrent pushes to a Connector share a transaction; a
+    push mixing ingests and withdrawals keeps its order in one transaction of its own."""
+    principal = connector_principal(row)
+    commands = item_commands(served, row, items)
+    families = {family_of(c) for c in commands if not isinstance(c, ApiError)}
+    if len(families) <= 1:
+        family = families.pop() if families else "ingest"
+        results = await asyncio.gather(*(_refused(c) if isinstance(c, ApiError) else groups.accept(principal, c, family)
+                                         for c in commands))
+    else:
+        async with journal_transaction(conn):
+            results = await accept_items(conn, served, row, items)
     refused = next((r for r in results if isinstance(r, ApiError)), None)
     if refused is not None:
         raise ApiError(422, "item_rejected", f"An item was refused: {refused.code}: {refused.message}")
-    principal = connector_principal(row)
     ids = [r.receipt_id for r in results if isinstance(r, Accepted)]
     receipts = await load_receipts(conn, principal, ids)
     return [msgspec.to_builtins(receipts[i]) for i in ids]
+
+
+async def _refused(refusal: ApiError) -> ApiError:
+    return refusal
 
 
 async def _mark_push_active(conn, row: dict[str, Any]) -> None:
@@ -219,25 +234,26 @@ async def _mark_push_active(conn, row: dict[str, Any]) -> None:
                            (Jsonb(moved), row["connector_id"]))
 
 
-async def _audited(conn, attempt: Attempt, work) -> Response:
+async def _audited(audit: push_store.PushAudit, attempt: Attempt, work) -> Response:
     """Runs the guarded work; its answer, or its refusal, is audited before it leaves."""
     try:
         response = await work()
     except ApiError as refusal:
-        await push_store.record_attempt(conn, attempt.connector, attempt.route, attempt.method, refusal.status,
-                                        refusal.code, attempt.client_ip, attempt.counter)
-        log.info("connector_push", connector_id=attempt.connector["connector_id"], route=attempt.route,
-                 status=refusal.status, code=refusal.code, client_ip=attempt.client_ip)
+        await _record(audit, attempt, refusal.status, refusal.code)
         raise
     except PluginVerdict as verdict:
         response = Response(verdict.body, status_code=verdict.status, media_type=verdict.content_type,
                             headers=dict(PLUGIN_ORIGIN) if attempt.route != RELAY else None)
-    code = None if 200 <= response.status_code < 300 else "plugin_refused"
-    await push_store.record_attempt(conn, attempt.connector, attempt.route, attempt.method, response.status_code,
-                                    code, attempt.client_ip, attempt.counter)
-    log.info("connector_push", connector_id=attempt.connector["connector_id"], route=attempt.route,
-             status=response.status_code, code=code, client_ip=attempt.client_ip)
+    await _record(audit, attempt, response.status_code, None if 200 <= response.status_code < 300 else "plugin_refused")
     return response
+
+
+async def _record(audit: push_store.PushAudit, attempt: Attempt, status: int, code: str | None) -> None:
+    row = attempt.connector
+    await audit.record(push_store.Attempt(row["connector_id"], row["org_id"], row["corpus_id"], attempt.route,
+                                          attempt.method, status, code, attempt.client_ip, attempt.counter))
+    log.info("connector_push", connector_id=row["connector_id"], route=attempt.route, status=status, code=code,
+             client_ip=attempt.client_ip)
 
 
 def _client_ip(request: Request, settings) -> str:
@@ -294,7 +310,7 @@ async def _push(call: Call[None, None], connector_id: str, path: str) -> Respons
                                               push_store.StoredAnswer(202, "application/json", answer))
             return Response(answer, status_code=202, media_type="application/json")
 
-        return await _audited(conn, attempt, work)
+        return await _audited(svc.push_audit, attempt, work)
 
 
 PUSH_PATH = "/v0/connectors/{connector_id}/api/{path}"
@@ -368,7 +384,7 @@ async def _deliver(conn, settings, served: ServedKind, row: dict[str, Any], rout
                                        route, STAGE_SECONDS)
     except sealed.Unreadable:
         raise _plugin_unavailable() from None
-    receipts = await _ingest(conn, served, row, items)
+    receipts = await _ingest(conn, services(request).single_commands, served, row, items)
     await _mark_push_active(conn, row)
     return answer, receipts
 
@@ -408,7 +424,7 @@ async def _relay(call: Call, connector_id: str) -> Response:
                 await _reserve_signature(conn, connector_id, request, signed, None)
             return _plugin_answer(await _bounded(_deliver(conn, settings, served, row, None, request, raw)))
 
-        return await _audited(conn, attempt, work)
+        return await _audited(svc.push_audit, attempt, work)
 
 
 @operation("relayConnectorChallenge", "GET", "/v0/connector-webhooks/{connector_id}", permission=None,

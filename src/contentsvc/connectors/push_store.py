@@ -8,7 +8,8 @@
 - fingerprints of signature routes (the signature, and the Idempotency-Key when given), reserved
   for the route's window before the plugin call: a duplicate is 409 `push_replayed`;
 - the audit: `connector.push.received` or `.refused` and the Connector's push counters, in one
-  transaction committed before the answer leaves; if it cannot be written, 503 `audit_unavailable`.
+  transaction committed before the answer leaves (concurrent attempts on one Connector share
+  it); if it cannot be written, 503 `audit_unavailable`.
 
 Expired rows are ignored on read; the connectors worker calls `sweep` once a minute.
 """
@@ -21,6 +22,7 @@ from datetime import timedelta
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
 
 from contentsvc.connectors.events import CONNECTOR_SUBJECT, ConnectorPushReceived, ConnectorPushRefused
 from contentsvc.domain.clock import iso
@@ -28,6 +30,8 @@ from contentsvc.domain.errors import ApiError
 from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
+from contentsvc.storage.availability import StorageUnavailable
+from contentsvc.storage.group_commit import GroupCommit
 from contentsvc.storage.database import database_now
 
 
@@ -101,30 +105,74 @@ async def reserve_fingerprints(conn: AsyncConnection, connector_id: str, fingerp
                        retryable=True, headers={"Retry-After": "5"}) from exc
 
 
-async def record_attempt(conn: AsyncConnection, connector: dict, route: str, method: str, status: int,
-                         code: str | None, client_ip: str, counter: str | None = None) -> None:
-    """The audit event and the counters in one transaction (503 audit_unavailable when it fails).
-    `counter` names the counter an attempt bumps besides received/refused (replayed, rate_limited)."""
+@dataclass(frozen=True)
+class Attempt:
+    """One push attempt as the audit records it; `counter` names the counter it bumps besides
+    received/refused (`replayed`, `rate_limited`)."""
+
+    connector_id: str
+    org_id: str
+    corpus_id: str
+    route: str
+    method: str
+    status: int
+    code: str | None
+    client_ip: str
+    counter: str | None = None
+
+
+async def record_attempts(conn: AsyncConnection, attempts: list[Attempt]) -> list[None]:
+    """The audit events of one Connector's attempts and its counters, in one transaction (503
+    audit_unavailable when it fails)."""
+    connector_id = attempts[0].connector_id
+    received = sum(1 for a in attempts if 200 <= a.status < 300)
+    moved = {"received": received, "refused": len(attempts) - received,
+             "replayed": sum(1 for a in attempts if a.counter == "replayed"),
+             "rate_limited": sum(1 for a in attempts if a.counter == "rate_limited")}
     try:
         async with journal_transaction(conn):
             now = await database_now(conn)
-            received = 200 <= status < 300
-            payload_type = ConnectorPushReceived if received else ConnectorPushRefused
-            payload = payload_type(connector_id=connector["connector_id"], route=route, method=method, status=status,
-                                   client_ip=client_ip, at=iso(now))
-            if code is not None:
-                payload.code = code
-            column = "received" if received else "refused"
-            extra = f", {counter} = {counter} + 1" if counter in ("replayed", "rate_limited") else ""
+            events = []
+            for a in attempts:
+                payload_type = ConnectorPushReceived if 200 <= a.status < 300 else ConnectorPushRefused
+                payload = payload_type(connector_id=a.connector_id, route=a.route, method=a.method, status=a.status,
+                                       client_ip=a.client_ip, at=iso(now))
+                if a.code is not None:
+                    payload.code = a.code
+                events.append(NewEvent(org_id=a.org_id, corpus_id=a.corpus_id, subject_type=CONNECTOR_SUBJECT,
+                                       subject_id=a.connector_id, payload=payload))
             await conn.execute("INSERT INTO connector_push_counters (connector_id) VALUES (%s) ON CONFLICT DO NOTHING",
-                               (connector["connector_id"],))
-            await conn.execute(f"UPDATE connector_push_counters SET {column} = {column} + 1, last_{column}_at = %s"
-                               f"{extra} WHERE connector_id = %s", (now, connector["connector_id"]))
-            await append(conn, [NewEvent(org_id=connector["org_id"], corpus_id=connector["corpus_id"],
-                                         subject_type=CONNECTOR_SUBJECT, subject_id=connector["connector_id"],
-                                         payload=payload)])
+                               (connector_id,))
+            await conn.execute(
+                "UPDATE connector_push_counters SET received = received + %(received)s,"
+                " refused = refused + %(refused)s, replayed = replayed + %(replayed)s,"
+                " rate_limited = rate_limited + %(rate_limited)s,"
+                " last_received_at = CASE WHEN %(received)s > 0 THEN %(now)s ELSE last_received_at END,"
+                " last_refused_at = CASE WHEN %(refused)s > 0 THEN %(now)s ELSE last_refused_at END"
+                " WHERE connector_id = %(connector_id)s", {**moved, "now": now, "connector_id": connector_id})
+            await append(conn, events)
     except psycopg.Error as exc:
         raise audit_unavailable() from exc
+    return [None] * len(attempts)
+
+
+class PushAudit:
+    """Concurrent attempts on one Connector recorded in one transaction (storage/group_commit.py):
+    each still returns only once its own record has committed."""
+
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+        self._groups: GroupCommit[str, Attempt, None] = GroupCommit(self._commit)
+
+    async def record(self, attempt: Attempt) -> None:
+        await self._groups.submit(attempt.connector_id, attempt)
+
+    async def _commit(self, connector_id: str, attempts: list[Attempt]) -> list[None]:
+        try:
+            async with self.pool.connection() as conn:
+                return await record_attempts(conn, attempts)
+        except (psycopg.Error, StorageUnavailable) as exc:  # no connection to be had
+            raise audit_unavailable() from exc
 
 
 async def counters(conn: AsyncConnection, connector_id: str) -> dict:

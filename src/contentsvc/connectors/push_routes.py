@@ -90,23 +90,31 @@ def _plugin_unavailable() -> ApiError:
                     headers={"Retry-After": "5"})
 
 
-async def _instance(conn, settings, connector_id: str) -> tuple[dict[str, Any], ServedKind]:
+async def _instance(pool, settings, connector_id: str) -> tuple[dict[str, Any], ServedKind]:
     """The Connector and its kind, when it exists and its kind declares push; else None, 404."""
-    row = await views.connector_row(conn, connector_id)
-    served = (await served_kinds(conn, settings)).get(row["kind"]) if row is not None else None
+    async with pool.connection() as conn:
+        row = await views.connector_row(conn, connector_id)
+        served = (await served_kinds(conn, settings)).get(row["kind"]) if row is not None else None
     if row is None or served is None or served.description.push is None:
         raise not_found("connector")
     return row, served
 
 
-async def _authorize(conn, request: Request, row: dict[str, Any], route: PushRoute) -> None:
+async def _authorize(pool, request: Request, row: dict[str, Any], route: PushRoute) -> None:
     """rule 2: a service key with connector:push on the instance's Corpus, or this instance's token."""
     secret = bearer_secret(request.headers.get("authorization"))
     if route.auth == "instance_token":
-        if not await instance_tokens.token_grants(conn, row["connector_id"], secret):
+        async with pool.connection() as conn:
+            granted = await instance_tokens.token_grants(conn, row["connector_id"], secret)
+        if not granted:
             raise ApiError(401, "invalid_instance_token", "This route needs a live instance token of this Connector.")
         return
-    principal = await services(request).keys.principal(secret, lambda: load_principal(conn, secret)) if secret else None
+
+    async def read():
+        async with pool.connection() as conn:
+            return await load_principal(conn, secret)
+
+    principal = await services(request).keys.principal(secret, read) if secret else None
     if principal is None:
         raise ApiError(401, "invalid_api_key", "A valid API key is required (Authorization: Bearer <key>).")
     if principal.org_id != row["org_id"] or not principal.covers(row["corpus_id"]):
@@ -195,7 +203,7 @@ def _fixture_receive(row: dict[str, Any], credential: dict | None, route_name: s
                              for n, i in enumerate(items)]
 
 
-async def _ingest(conn, groups: SingleCommandGroups, served: ServedKind, row: dict[str, Any],
+async def _ingest(pool, groups: SingleCommandGroups, served: ServedKind, row: dict[str, Any],
                   items: list[dict]) -> list[dict]:
     """The items through the ingestion path; their Receipts in item order (rule 7: a refused item is
     422 item_rejected, while the others may already be accepted). Items of one family go through
@@ -209,13 +217,14 @@ async def _ingest(conn, groups: SingleCommandGroups, served: ServedKind, row: di
         results = await asyncio.gather(*(_refused(c) if isinstance(c, ApiError) else groups.accept(principal, c, family)
                                          for c in commands))
     else:
-        async with journal_transaction(conn):
+        async with pool.connection() as conn, journal_transaction(conn):
             results = await accept_items(conn, served, row, items)
     refused = next((r for r in results if isinstance(r, ApiError)), None)
     if refused is not None:
         raise ApiError(422, "item_rejected", f"An item was refused: {refused.code}: {refused.message}")
     ids = [r.receipt_id for r in results if isinstance(r, Accepted)]
-    receipts = await load_receipts(conn, principal, ids)
+    async with pool.connection() as conn:
+        receipts = await load_receipts(conn, principal, ids)
     return [msgspec.to_builtins(receipts[i]) for i in ids]
 
 
@@ -223,12 +232,12 @@ async def _refused(refusal: ApiError) -> ApiError:
     return refusal
 
 
-async def _mark_push_active(conn, row: dict[str, Any]) -> None:
+async def _mark_push_active(pool, row: dict[str, Any]) -> None:
     """health.push becomes `active` at the first accepted push (written once, not at every push)."""
     if ((row["health"] or {}).get("push") or {}).get("state") == "active":
         return
     moved = {"state": "active", "last_delivery_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    async with conn.transaction():  # only health.push: the worker may be writing the rest of health
+    async with pool.connection() as conn, conn.transaction():  # only health.push: the worker may write the rest
         await conn.execute("UPDATE connectors SET health = jsonb_set(health, '{push}',"
                            " (coalesce(health->'push', '{}'::jsonb) - 'error') || %s) WHERE connector_id = %s",
                            (Jsonb(moved), row["connector_id"]))
@@ -269,48 +278,50 @@ async def _push(call: Call[None, None], connector_id: str, path: str) -> Respons
     settings = svc.settings
     client_ip = _client_ip(request, settings)
     challenge = request.method == "GET"
-    async with svc.pool.connection() as conn:
-        row, served = await _instance(conn, settings, connector_id)
-        attempt = Attempt(row, "unknown", request.method, client_ip)
+    # Each step borrows a connection for itself alone: none is held across the plugin call or while
+    # the items wait for their group commit, which takes connections of its own.
+    pool = svc.pool
+    row, served = await _instance(pool, settings, connector_id)
+    attempt = Attempt(row, "unknown", request.method, client_ip)
 
-        async def work() -> Response:
-            if not row["enabled"]:
-                raise not_found("connector")
-            route = resolve_route(served.description.push.routes, path, request.method)
-            attempt.route = route.name
-            raw = await read_body(request, MAX_BODY_BYTES)
-            check_sizes(len(raw), request.url.query or "")
-            check_allowed(client_ip, (row["push_policy"] or {}).get("allowed_cidrs"))
-            if route.auth != "signature":
-                await _authorize(conn, request, row, route)
-            if challenge:  # rule 12: GET challenges bypass the signature guards; nothing to replay
-                _take_token(attempt, row)
-                return _plugin_answer(await _bounded(_deliver(conn, settings, served, row, route, request, raw)))
-            _json_body(raw, route)
-            key = check_idempotency_key(request.headers.get("idempotency-key"))
-            replayable = key is not None and route.auth != "signature"
-            if replayable:
+    async def work() -> Response:
+        if not row["enabled"]:
+            raise not_found("connector")
+        route = resolve_route(served.description.push.routes, path, request.method)
+        attempt.route = route.name
+        raw = await read_body(request, MAX_BODY_BYTES)
+        check_sizes(len(raw), request.url.query or "")
+        check_allowed(client_ip, (row["push_policy"] or {}).get("allowed_cidrs"))
+        if route.auth != "signature":
+            await _authorize(pool, request, row, route)
+        if challenge:  # rule 12: GET challenges bypass the signature guards; nothing to replay
+            _take_token(attempt, row)
+            return _plugin_answer(await _bounded(_deliver(pool, settings, served, row, route, request, raw)))
+        _json_body(raw, route)
+        key = check_idempotency_key(request.headers.get("idempotency-key"))
+        replayable = key is not None and route.auth != "signature"
+        if replayable:
+            async with pool.connection() as conn:
                 stored = await push_store.reserve_key(conn, connector_id, key, route.name,
                                                       settings.connectors.idempotency_ttl_seconds)
-                if stored is not None:
-                    attempt.counter = "replayed"
-                    return Response(stored.body, status_code=stored.status, media_type=stored.content_type)
-            try:
-                _take_token(attempt, row)
-                if route.auth == "signature":
-                    await _reserve_signature(conn, connector_id, request, route, key)
-                _, receipts = await _bounded(_deliver(conn, settings, served, row, route, request, raw))
-            except BaseException as exc:
-                if replayable:
-                    await push_store.complete_key(conn, connector_id, key, _kept(exc))
-                raise
-            answer = msgspec.json.encode(PushAccepted(receipts=receipts))
+            if stored is not None:
+                attempt.counter = "replayed"
+                return Response(stored.body, status_code=stored.status, media_type=stored.content_type)
+        try:
+            _take_token(attempt, row)
+            if route.auth == "signature":
+                await _reserve_signature(pool, connector_id, request, route, key)
+            _, receipts = await _bounded(_deliver(pool, settings, served, row, route, request, raw))
+        except BaseException as exc:
             if replayable:
-                await push_store.complete_key(conn, connector_id, key,
-                                              push_store.StoredAnswer(202, "application/json", answer))
-            return Response(answer, status_code=202, media_type="application/json")
+                await _complete_key(pool, connector_id, key, _kept(exc))
+            raise
+        answer = msgspec.json.encode(PushAccepted(receipts=receipts))
+        if replayable:
+            await _complete_key(pool, connector_id, key, push_store.StoredAnswer(202, "application/json", answer))
+        return Response(answer, status_code=202, media_type="application/json")
 
-        return await _audited(svc.push_audit, attempt, work)
+    return await _audited(svc.push_audit, attempt, work)
 
 
 PUSH_PATH = "/v0/connectors/{connector_id}/api/{path}"
@@ -339,14 +350,20 @@ PUSH_OPERATIONS = [_push_operation("pushConnectorAPI", "POST"), _push_operation(
                    _push_operation("challengeConnectorAPI", "GET")]
 
 
-async def _reserve_signature(conn, connector_id: str, request: Request, route: PushRoute, key: str | None) -> None:
+async def _complete_key(pool, connector_id: str, key: str, answer: push_store.StoredAnswer | None) -> None:
+    async with pool.connection() as conn:
+        await push_store.complete_key(conn, connector_id, key, answer)
+
+
+async def _reserve_signature(pool, connector_id: str, request: Request, route: PushRoute, key: str | None) -> None:
     """rule 12: the engine's signature and timestamp check, then the signature's (and the key's)
     fingerprint reserved for the route's window, before the plugin is called."""
     signature = check_signature({k.lower(): v for k, v in request.headers.items()}, route, time.time())
     prints = [push_store.fingerprint("signature", signature)]
     if key is not None:
         prints.append(push_store.fingerprint("key", key))
-    await push_store.reserve_fingerprints(conn, connector_id, prints, route.window_seconds)
+    async with pool.connection() as conn:
+        await push_store.reserve_fingerprints(conn, connector_id, prints, route.window_seconds)
 
 
 def _kept(exc: BaseException) -> push_store.StoredAnswer | None:
@@ -376,7 +393,7 @@ async def _bounded(coroutine):
                        retryable=True, headers={"Retry-After": "5"}) from None
 
 
-async def _deliver(conn, settings, served: ServedKind, row: dict[str, Any], route: PushRoute | None,
+async def _deliver(pool, settings, served: ServedKind, row: dict[str, Any], route: PushRoute | None,
                    request: Request, raw: bytes) -> tuple[dict[str, Any], list[dict]]:
     """The plugin's answer to the request (`route` None: the relay) and the Receipts of its items."""
     try:
@@ -384,8 +401,8 @@ async def _deliver(conn, settings, served: ServedKind, row: dict[str, Any], rout
                                        route, STAGE_SECONDS)
     except sealed.Unreadable:
         raise _plugin_unavailable() from None
-    receipts = await _ingest(conn, services(request).single_commands, served, row, items)
-    await _mark_push_active(conn, row)
+    receipts = await _ingest(pool, services(request).single_commands, served, row, items)
+    await _mark_push_active(pool, row)
     return answer, receipts
 
 
@@ -404,27 +421,27 @@ async def _relay(call: Call, connector_id: str) -> Response:
     svc = services(request)
     settings = svc.settings
     client_ip = _client_ip(request, settings)
-    async with svc.pool.connection() as conn:
-        row, served = await _instance(conn, settings, connector_id)
-        if not served.description.push.relay:
+    pool = svc.pool
+    row, served = await _instance(pool, settings, connector_id)
+    if not served.description.push.relay:
+        raise not_found("connector")
+    attempt = Attempt(row, RELAY, request.method, client_ip)
+
+    async def work() -> Response:
+        if not row["enabled"]:
             raise not_found("connector")
-        attempt = Attempt(row, RELAY, request.method, client_ip)
+        raw = await read_body(request, MAX_BODY_BYTES)
+        check_sizes(len(raw), request.url.query or "")
+        check_allowed(client_ip, (row["push_policy"] or {}).get("allowed_cidrs"))
+        _take_token(attempt, row)
+        # rule 13: a kind whose declared receive route is signed guards its relay address alike;
+        # GET challenges bypass the POST signature guards (rule 12).
+        signed = next((r for r in served.description.push.routes if r.auth == "signature"), None)
+        if signed is not None and request.method == "POST" and served.provider is not None:
+            await _reserve_signature(pool, connector_id, request, signed, None)
+        return _plugin_answer(await _bounded(_deliver(pool, settings, served, row, None, request, raw)))
 
-        async def work() -> Response:
-            if not row["enabled"]:
-                raise not_found("connector")
-            raw = await read_body(request, MAX_BODY_BYTES)
-            check_sizes(len(raw), request.url.query or "")
-            check_allowed(client_ip, (row["push_policy"] or {}).get("allowed_cidrs"))
-            _take_token(attempt, row)
-            # rule 13: a kind whose declared receive route is signed guards its relay address alike;
-            # GET challenges bypass the POST signature guards (rule 12).
-            signed = next((r for r in served.description.push.routes if r.auth == "signature"), None)
-            if signed is not None and request.method == "POST" and served.provider is not None:
-                await _reserve_signature(conn, connector_id, request, signed, None)
-            return _plugin_answer(await _bounded(_deliver(conn, settings, served, row, None, request, raw)))
-
-        return await _audited(svc.push_audit, attempt, work)
+    return await _audited(svc.push_audit, attempt, work)
 
 
 @operation("relayConnectorChallenge", "GET", "/v0/connector-webhooks/{connector_id}", permission=None,

@@ -23,7 +23,7 @@ from contentsvc.connectors.push_guards import (
     resolve_route,
 )
 from contentsvc.domain.errors import ApiError
-from contentsvc.domain.models import IngestCommand, WithdrawalCommand
+from contentsvc.domain.models import BlobContent, IngestCommand, Part, WithdrawalCommand
 from contentsvc.plugins.manifest import PushRoute
 
 NOW = datetime(2026, 3, 5, 12, 0, tzinfo=timezone.utc)
@@ -86,6 +86,24 @@ def test_not_due_keeps_the_checkpoint_and_bad_items_are_rejected_one_by_one():
     page = check_page({"items": [item(), {"record_key": ""}, item(key="x" * 1025)], "checkpoint": 1,
                        "reads": 2, "retry_after_seconds": 30, "unknown": True}, None, 10, 1024)
     assert page.rejected == [1, 2] and page.reads == 2 and page.retry_after_seconds == 30
+
+
+def test_an_item_with_a_malformed_attachment_is_rejected_alone():
+    # part 2 fetch response: attachments (max 64) of {key 1..256, parent_key, role 1..64, media_type, ref 1..1024}
+    good = {"key": "notes", "role": "attachment", "media_type": "text/markdown", "ref": "n1"}
+    page = check_page({"items": [item(attachments=[good]), item(attachments=[{**good, "key": ""}]),
+                                 item(attachments=[{k: v for k, v in good.items() if k != "ref"}]),
+                                 item(attachments=[good] * 65)], "checkpoint": 1}, None, 10, 1024)
+    assert page.rejected == [1, 2, 3]
+
+
+def test_attachments_follow_the_item_parts_as_blob_parts():
+    connector = {"connector_id": "con_1", "corpus_id": "news", "source_namespace": "feed"}
+    blob = Part(key="notes", role="attachment", content=BlobContent(blob_id="blob_1", media_type="text/markdown"),
+                parent_key="body")
+    cmd = item_command(connector, "papers", "1.0.0", item(), [blob])
+    assert [(p.key, type(p.content).__name__) for p in cmd.content.parts] == [("body", "TextContent"),
+                                                                              ("notes", "BlobContent")]
 
 
 def test_items_become_the_commands_a_client_would_send():

@@ -38,7 +38,7 @@ from contentsvc.connectors.shapes import ConnectorCreate, connector_disabled, Cr
 from contentsvc.domain.canonical import request_digest
 from contentsvc.domain.clock import iso
 from contentsvc.domain.errors import ApiError, not_found
-from contentsvc.domain.models import IngestCommand
+from contentsvc.domain.models import IngestCommand, Part
 from contentsvc.ids import new_id
 from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
@@ -344,16 +344,20 @@ PRODUCER = "contentsvc"  # provenance producer of the built-in kind's items
 
 
 def connector_principal(row: dict[str, Any]) -> Principal:
-    """Who ingests a Connector's items: its Organization, writing its Corpus only."""
+    """Who ingests a Connector's items: its Organization, writing its Corpus only (and reading the
+    Blobs of the items' attachments, which its worker uploaded)."""
     return Principal(key_id=f"connector:{row['connector_id']}", org_id=row["org_id"],
-                     actions=frozenset({"content:write"}), corpora=frozenset({row["corpus_id"]}))
+                     actions=frozenset({"content:write", "blobs:read"}), corpora=frozenset({row["corpus_id"]}))
 
 
 def item_commands(served: ServedKind, row: dict[str, Any], items: list[dict[str, Any]],
-                  invalid: Iterable[int] = ()) -> list[SourceCommand | ApiError]:
+                  invalid: Iterable[int] = (), attached: dict[int, list[Part]] | None = None
+                  ) -> list[SourceCommand | ApiError]:
     """Each item as the ingest or withdrawal command a client would send (keys
     `con:{connector_id}:{record_key}:{revision}`, so pulled and pushed items converge on one
-    Receipt). An item that is not a valid item (or is listed in `invalid`) is 422 item_rejected."""
+    Receipt), with the Blob Parts of its uploaded attachments (`attached`, by item index). An item
+    that is not a valid item (or is listed in `invalid`) is 422 item_rejected."""
+    attached = attached or {}
     producer = served.plugin_id or PRODUCER
     version = served.provider.version if served.provider else None
     invalid = set(invalid)
@@ -362,7 +366,7 @@ def item_commands(served: ServedKind, row: dict[str, Any], items: list[dict[str,
         try:
             if n in invalid:
                 raise msgspec.ValidationError("the item breaks the fetch protocol")
-            commands.append(item_command(row, producer, version, item))
+            commands.append(item_command(row, producer, version, item, attached.get(n, [])))
         except (msgspec.ValidationError, KeyError, TypeError):
             commands.append(ApiError(422, "item_rejected", "The item is not a valid connector item."))
     return commands
@@ -373,10 +377,11 @@ def family_of(command: SourceCommand) -> str:
 
 
 async def accept_items(conn: AsyncConnection, served: ServedKind, row: dict[str, Any], items: list[dict[str, Any]],
-                       invalid: Iterable[int] = ()) -> list[Accepted | ApiError]:
+                       invalid: Iterable[int] = (), attached: dict[int, list[Part]] | None = None
+                       ) -> list[Accepted | ApiError]:
     """The items' commands (item_commands) accepted inside the caller's journal transaction; the
     results in item order."""
-    commands = item_commands(served, row, items, invalid)
+    commands = item_commands(served, row, items, invalid, attached)
     results: list[Accepted | ApiError | None] = [c if isinstance(c, ApiError) else None for c in commands]
     principal = connector_principal(row)
     for family in ("ingest", "withdrawal"):

@@ -18,6 +18,7 @@ from contentsvc.domain.models import (
     Extension,
     IngestCommand,
     ManifestContent,
+    Part,
     Provenance,
     SourceIdentity,
     TextContent,
@@ -112,7 +113,18 @@ def _item_shape_ok(item: dict[str, Any]) -> bool:
     return (_bounded_string(item.get("record_key"), 1, 1024) and _bounded_string(item.get("revision"), 1, 256)
             and (item.get("withdraw") is True or "content" in item)
             and ("source_position" not in item or _bounded_string(item.get("source_position"), 1, 256))
-            and isinstance(attachments, list) and len(attachments) <= MAX_ATTACHMENTS)
+            and isinstance(attachments, list) and len(attachments) <= MAX_ATTACHMENTS
+            and all(attachment_shape_ok(a) for a in attachments))
+
+
+def attachment_shape_ok(attachment: Any) -> bool:
+    def text(name: str, low: int, high: int, required: bool = True) -> bool:
+        value = attachment.get(name)
+        return (value is None and not required) or (isinstance(value, str) and low <= len(value) <= high)
+    return isinstance(attachment, dict) and text("key", 1, 256) and text("role", 1, 64) \
+        and text("media_type", 1, 255) and text("ref", 1, 1024) and text("parent_key", 1, 256, required=False) \
+        and isinstance(attachment.get("extensions", {}), dict)
+
 
 
 def item_key(connector_id: str, item: dict[str, Any]) -> str:
@@ -121,8 +133,9 @@ def item_key(connector_id: str, item: dict[str, Any]) -> str:
 
 
 def item_command(connector: dict[str, Any], producer: str, producer_version: str | None,
-                 item: dict[str, Any]) -> IngestCommand | WithdrawalCommand:
-    """An item as the ingest (or withdrawal) command a client would send; raises
+                 item: dict[str, Any], blob_parts: list[Part] | None = None) -> IngestCommand | WithdrawalCommand:
+    """An item as the ingest (or withdrawal) command a client would send, its attachments'
+    `blob_parts` after its own Parts (a text item's text becomes Part `body`); raises
     msgspec.ValidationError when its content is not TextContent or ManifestContent without Blobs."""
     source = SourceIdentity(corpus_id=connector["corpus_id"], namespace=connector["source_namespace"],
                             record_key=item["record_key"])
@@ -134,6 +147,9 @@ def item_command(connector: dict[str, Any], producer: str, producer_version: str
             isinstance(content, ManifestContent) and any(not isinstance(p.content, TextContent)
                                                          for p in content.parts)):
         raise msgspec.ValidationError("connector items carry text, never Blobs")
+    if blob_parts:
+        own = content.parts if isinstance(content, ManifestContent) else [Part(key="body", role="body", content=content)]
+        content = ManifestContent(parts=[*own, *blob_parts])
     extensions = item.get("extensions")
     return IngestCommand(
         idempotency_key=key, source=source, content=content,

@@ -40,13 +40,15 @@ from psycopg.types.json import Jsonb
 from contentsvc.commands.records import Accepted
 from contentsvc.config import Settings
 from contentsvc.connectors import push_store, views
-from contentsvc.connectors.commands import accept_items, changed_event, queue_run, run_event
+from contentsvc.connectors.attachments import Grants, blob_parts
+from contentsvc.connectors.commands import accept_items, changed_event, connector_principal, queue_run, run_event
 from contentsvc.connectors.credentials import open_credential
 from contentsvc.connectors.health import moved
 from contentsvc.connectors.kinds import FIXTURE, FIXTURE_KIND, ROLE_PREFIX, ServedKind, served_by
 from contentsvc.connectors.pages import Page, RunFailure, check_page, fixture_fetch
 from contentsvc.domain.clock import iso
 from contentsvc.domain.errors import ApiError
+from contentsvc.domain.models import Part
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
@@ -80,6 +82,7 @@ class ConnectorsWorker(Projector):
         self._db = asyncio.Lock()
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._swept = 0.0  # monotonic time of the last sweep of expired push replays and fingerprints
+        self._grant_secret: bytes | None = None  # the presigned URLs' key, read once
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "ConnectorsWorker":
@@ -267,8 +270,9 @@ class ConnectorsWorker(Projector):
                 if page.not_due:
                     outcome = {"state": "skipped", "notice": "not_due"}
                     break
+                attached = await self.attach(conn, served, connector, credential, page)
                 async with self._db:
-                    connector = await self.commit_page(conn, served, connector, run, page)
+                    connector = await self.commit_page(conn, served, connector, run, page, attached)
                 checkpoint = page.checkpoint
                 if page.notice is not None:
                     outcome["notice"] = page.notice
@@ -335,13 +339,64 @@ class ConnectorsWorker(Projector):
                 await asyncio.sleep(backoff_delay(attempt, self.backoff_unit))
         raise AssertionError("unreachable")
 
+    async def attach(self, conn: AsyncConnection, served: ServedKind, connector: dict[str, Any],
+                     credential: dict | None, page: Page) -> dict[int, list[Part]]:
+        """The Blob Parts of each item's attachments, by item index (connectors/attachments.py). An
+        item with attachments from a kind that declares none breaks the protocol: it is rejected."""
+        attached: dict[int, list[Part]] = {}
+        declared = served.description.attachments
+        for n, item in enumerate(page.items):
+            if n in page.rejected or item.get("withdraw") is True or not item.get("attachments"):
+                continue
+            if declared is None or served.provider is None:
+                page.rejected.append(n)
+                continue
+
+            async def invoke(route: str, body: dict[str, Any]) -> Any:
+                try:
+                    return await self._client(served).invoke(route, body,
+                                                             float(self.settings.connectors.fetch_timeout_seconds))
+                except PluginFailed as exc:
+                    raise RunFailure(exc.code, exc.message, exc.error_class, exc.retry_after_seconds) from None
+                except PluginUnreachable as exc:
+                    raise RunFailure("plugin_unavailable", str(exc)) from None
+
+            async def on_db(step):
+                async with self._db:
+                    try:
+                        result = await step(conn)
+                        await conn.commit()
+                        return result
+                    except BaseException:
+                        await conn.rollback()
+                        raise
+
+            common = served.call_body(connector, credential, self.settings.connectors.public_base_url)
+            parts, extensions = await blob_parts(invoke, on_db, common, connector_principal(connector),
+                                                 connector["connector_id"], item, declared.max_bytes,
+                                                 await self._grants(conn))
+            if extensions:
+                item["extensions"] = {**(item.get("extensions") or {}), **extensions}
+            attached[n] = parts
+        return attached
+
+    async def _grants(self, conn: AsyncConnection) -> Grants:
+        """Presigned grants point at the API as clients reach it (the supervisor tells every process
+        where the API listens); the URL key is the API's."""
+        if self._grant_secret is None:
+            async with self._db:
+                cur = await conn.execute("SELECT secret FROM service_secrets WHERE name = 'upload_hmac'")
+                self._grant_secret = bytes((await cur.fetchone())[0])
+                await conn.commit()
+        return Grants(self.settings.public_base_url(), self._grant_secret, self.settings.upload_url_ttl_seconds)
+
     async def commit_page(self, conn: AsyncConnection, served: ServedKind, connector: dict[str, Any],
-                          run: dict[str, Any], page: Page) -> dict[str, Any]:
+                          run: dict[str, Any], page: Page, attached: dict[int, list[Part]]) -> dict[str, Any]:
         """The page's Receipts, checkpoint, counters and run row in one transaction; the Connector
         as it is after it (`enabled` false when disabled meanwhile)."""
         async with journal_transaction(conn):
             current = await views.connector_row(conn, connector["connector_id"], lock=True)
-            results = await accept_items(conn, served, connector, page.items, page.rejected)
+            results = await accept_items(conn, served, connector, page.items, page.rejected, attached)
             created = sum(1 for r in results if isinstance(r, Accepted) and not r.replayed)
             rejected = sum(1 for r in results if isinstance(r, ApiError))
             now = await database_now(conn)

@@ -110,8 +110,10 @@ def launched_plugins(pins: dict, env: dict[str, str]) -> dict[str, tuple[list[st
 
 def run_all(database_url: str, host: str, port: int, config_file: Path | None = None,
             embedded_server=None, plugins: dict | None = None) -> int:
-    # Every child reads the file this process read (decisions-part2: Startup configuration).
-    env = child_environment(CONTENTSVC_DATABASE_URL=database_url,
+    # Every child reads the file this process read (decisions-part2: Startup configuration), and
+    # knows where the API listens, which the command line may have changed (the connectors worker
+    # hands plugins upload grants on the API).
+    env = child_environment(CONTENTSVC_DATABASE_URL=database_url, CONTENTSVC_HOST=host, CONTENTSVC_PORT=str(port),
                             **({CONFIG_VARIABLE: str(config_file)} if config_file else {}))
     launched = launched_plugins(plugins or {}, env)
     specs = {_label(kind): kind.command + (["--host", host, "--port", str(port)] if kind.role == API else [])

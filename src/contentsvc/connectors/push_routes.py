@@ -27,9 +27,9 @@ from psycopg.types.json import Jsonb
 from contentsvc.api.http import read_body, services
 from contentsvc.api.routes import Call, Stream, operation
 from contentsvc.auth.principal import bearer_secret, load_principal
+from contentsvc.commands.group_commit import SingleCommandGroups
 from contentsvc.commands.records import Accepted
 from contentsvc.connectors import instance_tokens, push_store, views
-from contentsvc.commands.group_commit import SingleCommandGroups
 from contentsvc.connectors.commands import accept_items, connector_principal, family_of, item_commands
 from contentsvc.connectors.credentials import open_credential
 from contentsvc.connectors.kinds import ServedKind, served_kinds

@@ -345,32 +345,32 @@ class ConnectorsWorker(Projector):
         item with attachments from a kind that declares none breaks the protocol: it is rejected."""
         attached: dict[int, list[Part]] = {}
         declared = served.description.attachments
+
+        async def invoke(route: str, body: dict[str, Any]) -> Any:
+            try:
+                return await self._client(served).invoke(route, body,
+                                                         float(self.settings.connectors.fetch_timeout_seconds))
+            except PluginFailed as exc:
+                raise RunFailure(exc.code, exc.message, exc.error_class, exc.retry_after_seconds) from None
+            except PluginUnreachable as exc:
+                raise RunFailure("plugin_unavailable", str(exc)) from None
+
+        async def on_db(step):
+            async with self._db:
+                try:
+                    result = await step(conn)
+                    await conn.commit()
+                    return result
+                except BaseException:
+                    await conn.rollback()
+                    raise
+
         for n, item in enumerate(page.items):
             if n in page.rejected or item.get("withdraw") is True or not item.get("attachments"):
                 continue
             if declared is None or served.provider is None:
                 page.rejected.append(n)
                 continue
-
-            async def invoke(route: str, body: dict[str, Any]) -> Any:
-                try:
-                    return await self._client(served).invoke(route, body,
-                                                             float(self.settings.connectors.fetch_timeout_seconds))
-                except PluginFailed as exc:
-                    raise RunFailure(exc.code, exc.message, exc.error_class, exc.retry_after_seconds) from None
-                except PluginUnreachable as exc:
-                    raise RunFailure("plugin_unavailable", str(exc)) from None
-
-            async def on_db(step):
-                async with self._db:
-                    try:
-                        result = await step(conn)
-                        await conn.commit()
-                        return result
-                    except BaseException:
-                        await conn.rollback()
-                        raise
-
             common = served.call_body(connector, credential, self.settings.connectors.public_base_url)
             parts, extensions = await blob_parts(invoke, on_db, common, connector_principal(connector),
                                                  connector["connector_id"], item, declared.max_bytes,

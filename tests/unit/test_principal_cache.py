@@ -17,7 +17,7 @@ class Table:
     def __init__(self, principal):
         self.principal, self.reads = principal, 0
 
-    async def read(self):
+    async def read(self, digest: bytes):
         self.reads += 1
         return self.principal
 
@@ -59,7 +59,7 @@ def test_a_read_that_straddles_a_clear_is_not_stored():
     cache = PrincipalCache()
     cache.listening_started()
 
-    async def read_then_revoked():
+    async def read_then_revoked(digest: bytes):
         principal = KEY
         cache.clear()  # the revocation's notice arrives while this request reads the table
         return principal

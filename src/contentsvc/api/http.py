@@ -10,7 +10,7 @@ from litestar import Request, Response
 from psycopg_pool import AsyncConnectionPool
 
 from contentsvc.auth.cache import PrincipalCache
-from contentsvc.auth.principal import INVALID_KEY, Principal, bearer_secret, load_principal
+from contentsvc.auth.principal import INVALID_KEY, Principal, bearer_secret, load_principal_by_hash
 from contentsvc.commands.group_commit import SingleCommandGroups
 from contentsvc.connectors.push_store import PushAudit
 from contentsvc.readmodel.changes import FeedTicker
@@ -42,18 +42,23 @@ def services(request: Request) -> Services:
     return request.app.state.services
 
 
+async def cached_principal(request: Request, secret: str) -> Principal | None:
+    """The Principal of an API key's secret (None: no live key), from the key cache or the database."""
+    pool = services(request).pool
+
+    async def read(digest: bytes) -> Principal | None:
+        async with pool.connection() as conn:
+            return await load_principal_by_hash(conn, digest)
+
+    return await services(request).keys.principal(secret, read)
+
+
 async def authenticate(request: Request, *actions: str) -> Principal:
     """The key's Principal, refusing 401 without a valid key and 403 without an action."""
     secret = bearer_secret(request.headers.get("authorization"))
     if secret is None:
         raise INVALID_KEY
-    pool = services(request).pool
-
-    async def read() -> Principal | None:
-        async with pool.connection() as conn:
-            return await load_principal(conn, secret)
-
-    principal = await services(request).keys.principal(secret, read)
+    principal = await cached_principal(request, secret)
     if principal is None:
         raise INVALID_KEY
     request.scope.setdefault("state", {})["org_id"] = principal.org_id

@@ -33,7 +33,7 @@ from contentsvc.domain.models import (
     UploadRequest,
 )
 from contentsvc.logging import get_logger
-from contentsvc.readmodel.uploads import load_upload
+from contentsvc.readmodel.uploads import load_upload, read_upload_secret
 from contentsvc.storage.blobstore import BlobStore, FilesystemBlobStore, PipelinedWriter
 
 log = get_logger("contentsvc.api.uploads")
@@ -45,8 +45,7 @@ async def upload_secret(request: Request) -> bytes:
     secret = state.get("upload_hmac")
     if secret is None:
         async with services(request).pool.connection() as conn:
-            cur = await conn.execute("SELECT secret FROM service_secrets WHERE name = 'upload_hmac'")
-            secret = bytes((await cur.fetchone())[0])
+            secret = await read_upload_secret(conn)
         state["upload_hmac"] = secret
     return secret
 
@@ -70,7 +69,7 @@ def upload_view(request: Request, row: dict, secret: bytes) -> Upload:
     return Upload(
         upload_id=upload_id,
         state=row["state"],
-        put_url=f"{base}{up.content_path(upload_id)}?{up.put_query(secret, upload_id, row['expires_at'])}",
+        put_url=up.put_url(base, secret, upload_id, row["expires_at"]),
         put_headers=up.put_headers(row["media_type"], row["size_bytes"], row["sha256"]),
         expires_at=iso(row["expires_at"]),
         media_type=row["media_type"],

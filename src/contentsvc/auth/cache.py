@@ -41,13 +41,15 @@ class PrincipalCache:
         self.listening = False
         self.clear()
 
-    async def principal(self, secret: str, read: Callable[[], Awaitable[Principal | None]]) -> Principal | None:
-        """The key's Principal (None for no valid key); `read` reads it from the database."""
+    async def principal(self, secret: str,
+                        read: Callable[[bytes], Awaitable[Principal | None]]) -> Principal | None:
+        """The key's Principal (None for no valid key); `read` reads it from the database by the
+        secret's hash."""
         digest = hash_secret(secret)
         if self.listening and (cached := self._by_hash.get(digest)) is not None:
             return cached
         epoch = self._epoch
-        principal = await read()
+        principal = await read(digest)
         if principal is not None and self.listening and epoch == self._epoch:
             if len(self._by_hash) >= MAX_ENTRIES:
                 self._by_hash = {}

@@ -59,10 +59,15 @@ def bearer_secret(authorization: str | None) -> str | None:
 
 
 async def load_principal(conn: AsyncConnection, secret: str) -> Principal | None:
+    return await load_principal_by_hash(conn, hash_secret(secret))
+
+
+async def load_principal_by_hash(conn: AsyncConnection, digest: bytes) -> Principal | None:
+    """The live key whose secret hashes to `digest` (api_keys keeps only the hash)."""
     cur = await conn.execute(
         "SELECT key_id, org_id, actions, corpora FROM api_keys"
         " WHERE secret_hash = %s AND revoked_at IS NULL",
-        (hash_secret(secret),),
+        (digest,),
     )
     row = await cur.fetchone()
     if row is None:

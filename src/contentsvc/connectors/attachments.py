@@ -117,8 +117,7 @@ async def _uploaded(invoke: Invoke, db: Database, common: dict[str, Any], princi
         raise RunFailure("attachment_changed", f"the uploads of attachment {attachment['key']!r} of item "
                          f"{item['record_key']!r} failed {UPLOAD_SESSIONS} times", "source")
     if row["state"] == "awaiting_upload":
-        grant = {"put_url": f"{grants.base_url}{up.content_path(row['upload_id'])}?"
-                            f"{up.put_query(grants.secret, row['upload_id'], row['expires_at'])}",
+        grant = {"put_url": up.put_url(grants.base_url, grants.secret, row["upload_id"], row["expires_at"]),
                  "put_headers": up.put_headers(row["media_type"], row["size_bytes"], row["sha256"]),
                  "expires_at": iso(row["expires_at"])}
         answer = await invoke("connector/upload_attachment", {

@@ -24,9 +24,9 @@ import msgspec
 from litestar import Request, Response
 from psycopg.types.json import Jsonb
 
-from contentsvc.api.http import read_body, services
+from contentsvc.api.http import cached_principal, read_body, services
 from contentsvc.api.routes import Call, Stream, operation
-from contentsvc.auth.principal import bearer_secret, load_principal
+from contentsvc.auth.principal import bearer_secret
 from contentsvc.commands.group_commit import SingleCommandGroups
 from contentsvc.commands.records import Accepted
 from contentsvc.connectors import instance_tokens, push_store, views
@@ -109,12 +109,7 @@ async def _authorize(pool, request: Request, row: dict[str, Any], route: PushRou
         if not granted:
             raise ApiError(401, "invalid_instance_token", "This route needs a live instance token of this Connector.")
         return
-
-    async def read():
-        async with pool.connection() as conn:
-            return await load_principal(conn, secret)
-
-    principal = await services(request).keys.principal(secret, read) if secret else None
+    principal = await cached_principal(request, secret) if secret else None
     if principal is None:
         raise ApiError(401, "invalid_api_key", "A valid API key is required (Authorization: Bearer <key>).")
     if principal.org_id != row["org_id"] or not principal.covers(row["corpus_id"]):

@@ -49,6 +49,7 @@ from contentsvc.connectors.pages import Page, RunFailure, check_page, fixture_fe
 from contentsvc.domain.clock import iso
 from contentsvc.domain.errors import ApiError
 from contentsvc.domain.models import Part
+from contentsvc.readmodel.uploads import read_upload_secret
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
@@ -385,8 +386,7 @@ class ConnectorsWorker(Projector):
         where the API listens); the URL key is the API's."""
         if self._grant_secret is None:
             async with self._db:
-                cur = await conn.execute("SELECT secret FROM service_secrets WHERE name = 'upload_hmac'")
-                self._grant_secret = bytes((await cur.fetchone())[0])
+                self._grant_secret = await read_upload_secret(conn)
                 await conn.commit()
         return Grants(self.settings.public_base_url(), self._grant_secret, self.settings.upload_url_ttl_seconds)
 

@@ -42,6 +42,11 @@ def put_query(secret: bytes, upload_id: str, expires_at: datetime) -> str:
     return f"expires={expires}&signature={sign(secret, upload_id, expires)}"
 
 
+def put_url(base_url: str, secret: bytes, upload_id: str, expires_at: datetime) -> str:
+    """An Upload's presigned PUT URL on the API at `base_url`."""
+    return f"{base_url}{content_path(upload_id)}?{put_query(secret, upload_id, expires_at)}"
+
+
 def put_headers(media_type: str, size_bytes: int, sha256: str) -> dict[str, str]:
     """Exactly the headers the presigned PUT requires."""
     return {"Content-Type": media_type, "Content-Length": str(size_bytes), SHA256_HEADER: sha256}

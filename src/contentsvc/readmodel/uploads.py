@@ -45,3 +45,10 @@ async def load_upload(conn: AsyncConnection, upload_id: str, org_id: str | None 
         (upload_id, org_id, org_id),
     )
     return await cur.fetchone()
+
+
+async def read_upload_secret(conn: AsyncConnection) -> bytes:
+    """The key of the presigned PUT URLs (service_secrets `upload_hmac`): the API checks them, the
+    connectors worker signs the grants it hands plugins."""
+    cur = await conn.execute("SELECT secret FROM service_secrets WHERE name = 'upload_hmac'")
+    return bytes((await cur.fetchone())[0])

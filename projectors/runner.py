@@ -11,7 +11,7 @@ A lost database is an outage to wait out, not a crash: the runner logs
 exponential backoff, logs `database_available` when it is connected and
 holds the lock again, and reopens the fold (memory may be ahead of what
 committed before the outage; reopening reads it back from Postgres, as a
-restart would). Its connections give up connecting after the configured
+restart would). Its connection gives up connecting after the configured
 connect_timeout and carry no statement timeout (a fold may be long).
 """
 
@@ -86,16 +86,16 @@ class Pace:
         return len(self._wakes) == self.BUSY_WAKES and now - self._wakes[0] < 1.0
 
 
-async def _wait_for_commit(listener: AsyncConnection, poll_seconds: float, coalesce_seconds: float,
+async def _wait_for_commit(conn: AsyncConnection, poll_seconds: float, coalesce_seconds: float,
                            pace: Pace) -> None:
     """Until the next journal commit (or the poll interval); then, when commits come quickly,
     let a few more gather, so that a busy journal is folded in batches rather than one per append."""
     woken = False
-    async for _ in listener.notifies(timeout=poll_seconds, stop_after=1):
+    async for _ in conn.notifies(timeout=poll_seconds, stop_after=1):
         woken = True
     if woken and pace.busy_after_wake(time.monotonic()):
         await asyncio.sleep(coalesce_seconds)
-        async for _ in listener.notifies(timeout=0):
+        async for _ in conn.notifies(timeout=0):
             pass
 
 
@@ -135,10 +135,12 @@ async def run(
     delay = retry_first_seconds
     while not stop.is_set():
         try:
-            async with (_connection(url, projector, settings) as listener,
-                        _connection(url, projector, settings) as work):
+            # One connection both listens and works: PostgreSQL delivers a notification to a
+            # session between its transactions, and psycopg keeps the ones that arrive during a
+            # step for the next wait. Every process of a deployment holds one connection, not two.
+            async with _connection(url, projector, settings) as work:
                 for channel in wake_channels(projector):
-                    await listener.execute(f"LISTEN {channel}")
+                    await work.execute(f"LISTEN {channel}")
                 if projector.single_instance and not await _take_lock(work, projector, poll_seconds, stop):
                     return
                 await work.set_autocommit(False)
@@ -151,7 +153,7 @@ async def run(
                 pace = Pace()
                 while not stop.is_set():
                     if not await projector.step(work):
-                        await _wait_for_commit(listener, min(poll_seconds, projector.idle_poll_seconds() or poll_seconds),
+                        await _wait_for_commit(work, min(poll_seconds, projector.idle_poll_seconds() or poll_seconds),
                                                projector.coalesce_seconds or coalesce_seconds, pace)
             return
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:

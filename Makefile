@@ -15,8 +15,9 @@ run:
 migrate:
 	contentsvc migrate
 
+# Two workers, a test file on one worker (its module's server starts once); docs/decisions.md.
 test:
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n 2 --dist loadfile
 
 test-slow:
 	$(PYTHON) -m pytest -q -m slow

@@ -96,11 +96,12 @@ def server(database_url, tmp_path_factory):
     proc.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def replay_server(databases, tmp_path_factory):
     """A second `contentsvc run` on a database and home of its own, for the tests whose vector
     replay cuts over every Corpus of the deployment (the shared `server` stays undisturbed).
-    They run one after another and each uses its own Organizations and Corpora."""
+    They run one after another and each uses its own Organizations and Corpora. One per module,
+    stopped with it: the processes alive at once stay few (each holds PostgreSQL connections)."""
     proc = ServerProcess(databases.create(), tmp_path_factory.mktemp("replay-server"))
     yield proc
     proc.stop()

@@ -54,7 +54,7 @@ def start_monitoring(databases, folder: Path, destination_url: str | None = None
     return Monitoring(ServerProcess(url, folder, {"CONTENTSVC_CONFIG": str(config)}), url)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # stopped with its module, as conftest's replay_server is
 def monitoring(databases, tmp_path_factory):
     deployment = start_monitoring(databases, tmp_path_factory.mktemp("monitoring"))
     yield deployment

@@ -37,7 +37,7 @@ from contentsvc.domain.models import (
     WithdrawalCommand,
 )
 from contentsvc.readmodel.corpora import existing_corpora
-from contentsvc.readmodel.receipts import load_receipts, pending_receipt
+from contentsvc.readmodel.receipts import answer_receipts
 from contentsvc.readmodel.records import list_records, load_record, load_version
 
 RECORD_CURSOR = "records"
@@ -49,18 +49,9 @@ def receipt_location(receipt_id: str) -> dict[str, str]:
 
 async def _receipts_for(request: Request, p, accepted: list, commands_: list) -> dict:
     """Receipts to answer with: fresh ones are pending; replays are reread."""
-    replayed = [a.receipt_id for a in accepted if isinstance(a, commands.Accepted) and a.replayed]
-    current = {}
-    if replayed:
-        async with services(request).pool.connection() as conn:
-            current = await load_receipts(conn, p, replayed)
-    out = {}
-    for a, cmd in zip(accepted, commands_):
-        if isinstance(a, commands.Accepted):
-            out[a.receipt_id] = current.get(a.receipt_id) or pending_receipt(
-                a.receipt_id, SourceIdentityView(**msgspec.to_builtins(cmd.source))
-            )
-    return out
+    return await answer_receipts(services(request).pool, p, [
+        (a.receipt_id, a.replayed, SourceIdentityView(**msgspec.to_builtins(cmd.source)))
+        for a, cmd in zip(accepted, commands_) if isinstance(a, commands.Accepted)])
 
 
 async def _accept_one(request: Request, p, cmd, family: str) -> Response:

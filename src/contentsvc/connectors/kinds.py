@@ -111,10 +111,10 @@ _by_plan: dict[tuple[str | None, bool], dict[str, ServedKind]] = {}
 
 async def served_kinds(conn: AsyncConnection, settings: Settings) -> dict[str, ServedKind]:
     """Every kind new Connectors may use now, by name, sorted."""
-    plan = await registry.active_plan(conn)
-    key = (plan.plan_id if plan else None, settings.connectors.fixture_enabled)
+    plan_id = await registry.active_plan_id(conn)  # plans are immutable: one read of each
+    key = (plan_id, settings.connectors.fixture_enabled)
     if key not in _by_plan:
-        _by_plan[key] = await _plan_kinds(conn, settings, plan)
+        _by_plan[key] = await _plan_kinds(conn, settings, await registry.plan(conn, plan_id) if plan_id else None)
     return _by_plan[key]
 
 

@@ -47,11 +47,12 @@ from contentsvc.connectors.push_guards import (
 )
 from contentsvc.connectors.shapes import PushAccepted
 from contentsvc.domain.errors import ApiError, not_found
+from contentsvc.domain.models import SourceIdentityView
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
 from contentsvc.plugins.client import PluginClient, PluginUnreachable, plugin_error
 from contentsvc.plugins.manifest import PushRoute, validate_against
-from contentsvc.readmodel.receipts import load_receipts
+from contentsvc.readmodel.receipts import answer_receipts
 from contentsvc.storage import sealed
 
 log = get_logger("contentsvc.connectors.push")
@@ -217,10 +218,10 @@ async def _ingest(pool, groups: SingleCommandGroups, served: ServedKind, row: di
     refused = next((r for r in results if isinstance(r, ApiError)), None)
     if refused is not None:
         raise ApiError(422, "item_rejected", f"An item was refused: {refused.code}: {refused.message}")
-    ids = [r.receipt_id for r in results if isinstance(r, Accepted)]
-    async with pool.connection() as conn:
-        receipts = await load_receipts(conn, principal, ids)
-    return [msgspec.to_builtins(receipts[i]) for i in ids]
+    answered = [(r.receipt_id, r.replayed, SourceIdentityView(**msgspec.to_builtins(c.source)))
+                for r, c in zip(results, commands) if isinstance(r, Accepted)]
+    receipts = await answer_receipts(pool, principal, answered)
+    return [msgspec.to_builtins(receipts[receipt_id]) for receipt_id, _, _ in answered]
 
 
 async def _refused(refusal: ApiError) -> ApiError:

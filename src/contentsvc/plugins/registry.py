@@ -212,6 +212,13 @@ async def active_plan(conn: AsyncConnection) -> Plan | None:
     return found[0][1] if found else None
 
 
+async def active_plan_id(conn: AsyncConnection) -> str | None:
+    """The active plan's id alone: what a cache of plans keyed by id reads on every use."""
+    cur = await conn.execute("SELECT plan_id FROM plugin_plans ORDER BY seq DESC LIMIT 1")
+    row = await cur.fetchone()
+    return row[0] if row else None
+
+
 async def every_plan(conn: AsyncConnection) -> list[Plan]:
     """Every plan, oldest first (what vector-space ownership reads: the spaces ever served)."""
     return [p for _, p in reversed(await _plans(conn, "TRUE", (), 2**31 - 1))]

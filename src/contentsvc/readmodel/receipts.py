@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
 
 from contentsvc.auth.principal import Principal
 from contentsvc.domain.models import (
@@ -46,6 +47,20 @@ def pending_receipt(receipt_id: str, source: SourceIdentityView) -> Receipt:
         source=source,
         processing=QUEUED_FOR_MATERIALIZATION,
     )
+
+
+async def answer_receipts(pool: AsyncConnectionPool, p: Principal,
+                          accepted: list[tuple[str, bool, SourceIdentityView]]) -> dict[str, Receipt]:
+    """The Receipts an accepting request answers with, by id, from (receipt_id, replayed, source):
+    a fresh one is pending, as it was just written, and needs no read; a replayed one is read
+    again, as it stands now."""
+    replayed = [receipt_id for receipt_id, was_replayed, _ in accepted if was_replayed]
+    current: dict[str, Receipt] = {}
+    if replayed:
+        async with pool.connection() as conn:
+            current = await load_receipts(conn, p, replayed)
+    return {receipt_id: current.get(receipt_id) or pending_receipt(receipt_id, source)
+            for receipt_id, _, source in accepted}
 
 
 async def load_receipts(conn: AsyncConnection, p: Principal, receipt_ids: list[str]) -> dict[str, Receipt]:

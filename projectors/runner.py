@@ -12,7 +12,7 @@ exponential backoff, logs `database_available` when it is connected and
 holds the lock again, and reopens the fold (memory may be ahead of what
 committed before the outage; reopening reads it back from Postgres, as a
 restart would). Its connection gives up connecting after the configured
-connect_timeout and carry no statement timeout (a fold may be long).
+connect_timeout and carries no statement timeout (a fold may be long).
 """
 
 from __future__ import annotations

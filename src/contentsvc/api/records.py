@@ -32,7 +32,6 @@ from contentsvc.domain.models import (
     Receipt,
     Record,
     RecordPage,
-    SourceIdentityView,
     Version,
     WithdrawalCommand,
 )
@@ -50,8 +49,7 @@ def receipt_location(receipt_id: str) -> dict[str, str]:
 async def _receipts_for(request: Request, p, accepted: list, commands_: list) -> dict:
     """Receipts to answer with: fresh ones are pending; replays are reread."""
     return await answer_receipts(services(request).pool, p, [
-        (a.receipt_id, a.replayed, SourceIdentityView(**msgspec.to_builtins(cmd.source)))
-        for a, cmd in zip(accepted, commands_) if isinstance(a, commands.Accepted)])
+        (a, cmd) for a, cmd in zip(accepted, commands_) if isinstance(a, commands.Accepted)])
 
 
 async def _accept_one(request: Request, p, cmd, family: str) -> Response:

@@ -47,7 +47,6 @@ from contentsvc.connectors.push_guards import (
 )
 from contentsvc.connectors.shapes import PushAccepted
 from contentsvc.domain.errors import ApiError, not_found
-from contentsvc.domain.models import SourceIdentityView
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
 from contentsvc.plugins.client import PluginClient, PluginUnreachable, plugin_error
@@ -218,10 +217,9 @@ async def _ingest(pool, groups: SingleCommandGroups, served: ServedKind, row: di
     refused = next((r for r in results if isinstance(r, ApiError)), None)
     if refused is not None:
         raise ApiError(422, "item_rejected", f"An item was refused: {refused.code}: {refused.message}")
-    answered = [(r.receipt_id, r.replayed, SourceIdentityView(**msgspec.to_builtins(c.source)))
-                for r, c in zip(results, commands) if isinstance(r, Accepted)]
+    answered = [(r, c) for r, c in zip(results, commands) if isinstance(r, Accepted)]
     receipts = await answer_receipts(pool, principal, answered)
-    return [msgspec.to_builtins(receipts[receipt_id]) for receipt_id, _, _ in answered]
+    return [msgspec.to_builtins(receipts[r.receipt_id]) for r, _ in answered]
 
 
 async def _refused(refusal: ApiError) -> ApiError:

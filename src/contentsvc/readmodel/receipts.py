@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import msgspec
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
@@ -49,18 +52,19 @@ def pending_receipt(receipt_id: str, source: SourceIdentityView) -> Receipt:
     )
 
 
-async def answer_receipts(pool: AsyncConnectionPool, p: Principal,
-                          accepted: list[tuple[str, bool, SourceIdentityView]]) -> dict[str, Receipt]:
-    """The Receipts an accepting request answers with, by id, from (receipt_id, replayed, source):
+async def answer_receipts(pool: AsyncConnectionPool, p: Principal, accepted: list[tuple[Any, Any]]
+                          ) -> dict[str, Receipt]:
+    """The Receipts an accepting request answers with, by id, from its (Accepted, command) pairs:
     a fresh one is pending, as it was just written, and needs no read; a replayed one is read
     again, as it stands now."""
-    replayed = [receipt_id for receipt_id, was_replayed, _ in accepted if was_replayed]
+    replayed = [a.receipt_id for a, _ in accepted if a.replayed]
     current: dict[str, Receipt] = {}
     if replayed:
         async with pool.connection() as conn:
             current = await load_receipts(conn, p, replayed)
-    return {receipt_id: current.get(receipt_id) or pending_receipt(receipt_id, source)
-            for receipt_id, _, source in accepted}
+    return {a.receipt_id: current.get(a.receipt_id)
+            or pending_receipt(a.receipt_id, SourceIdentityView(**msgspec.to_builtins(cmd.source)))
+            for a, cmd in accepted}
 
 
 async def load_receipts(conn: AsyncConnection, p: Principal, receipt_ids: list[str]) -> dict[str, Receipt]:

@@ -114,9 +114,16 @@ class ConnectorsWorker(Projector):
         self._clients.clear()
 
     async def step(self, conn: AsyncConnection) -> bool:
-        """Queue what the schedules made due, start runs up to `run_concurrency` (each a task that
-        outlives the step), check new credentials, collect the runs that ended, and once a minute
-        sweep expired push replays and fingerprints."""
+        """With runs in flight, wait for the first to end (at most the idle poll); then collect the
+        runs that ended, queue what the schedules made due, start runs up to `run_concurrency`
+        (each a task that outlives the step), check new credentials, and once a minute sweep
+        expired push replays and fingerprints. True while runs are in flight."""
+        if self._runs:
+            # The runs' statements share the runner's connection, which its wait for a commit would
+            # hold for the whole idle poll: so with runs in flight, the wait is here, on the runs,
+            # and the runner steps again at once (commits meanwhile stay queued for its next wait).
+            await asyncio.wait(self._runs.values(), timeout=IDLE_POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+        self._collect_ended_runs()
         started = []
         async with self._db:
             await self.plan.refresh_if_due(conn)
@@ -133,12 +140,14 @@ class ConnectorsWorker(Projector):
         for run in started:
             self._runs[run["run_id"]] = asyncio.create_task(self.carry_out(conn, run))
         await self.check_credentials(conn)
+        return bool(self._runs)
+
+    def _collect_ended_runs(self) -> None:
         for run_id, task in list(self._runs.items()):
             if task.done():
                 del self._runs[run_id]
                 if not task.cancelled() and task.exception() is not None:
                     log.error("connector_run_stopped", run_id=run_id, error=type(task.exception()).__name__)
-        return bool(started)
 
     # ------------------------------------------------------------ credentials
 

@@ -46,6 +46,8 @@ def _bigrams(run: re.Match) -> str:
 
 def cjk_bigrams(text: str) -> str:
     """`text` with every CJK run replaced by its space-separated bigrams (other text unchanged)."""
+    if text.isascii():  # most text, and a C-speed test against the pattern's scan of every character
+        return text
     return _CJK_RUN.sub(_bigrams, text) if _CJK_RUN.search(text) else text
 
 

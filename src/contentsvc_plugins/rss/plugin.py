@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -29,6 +30,7 @@ from contentsvc_plugins.source_http import (
     network_error,
     source_error,
     status_error,
+    tls_context,
 )
 
 FOLDER = Path(__file__).resolve().parent
@@ -92,7 +94,8 @@ def get_feed(url: str, options: Options, credential: object, conditional: dict[s
     headers = {"user-agent": options.user_agent, "accept": FEED_TYPES, **conditional}
     auth = authorization(credential)
     origin = httpx.URL(url).netloc
-    with httpx.Client(timeout=options.timeout_seconds, follow_redirects=False, trust_env=False) as client:
+    with httpx.Client(timeout=options.timeout_seconds, follow_redirects=False, trust_env=False,
+                      verify=tls_context()) as client:
         for _ in range(MAX_REDIRECTS + 1):
             if not options.allow_private_networks:
                 guard_address(url)
@@ -268,6 +271,12 @@ def _config(request: dict) -> dict:
     return config
 
 
+# Parsing is pure Python holding the interpreter lock: feeds parsed side by side (the plugin
+# server answers each request on a thread) would all finish together, at the end; taking turns,
+# the first page is ready after one parse and the service ingests it while the next is parsed.
+_PARSING = threading.Lock()
+
+
 def fetch(request: dict) -> dict:
     config, options = _config(request), Options.of(request)
     checkpoint = request.get("checkpoint") if isinstance(request.get("checkpoint"), dict) else {}
@@ -290,7 +299,26 @@ def fetch(request: dict) -> dict:
     if answer.status != 200:
         raise status_error(answer.status, answer.headers, "the feed")
 
-    feed = parse_feed(answer)
+    with _PARSING:
+        feed = parse_feed(answer)
+        items, seen, diagnostics = _items(feed, seen)
+    next_checkpoint: dict = {"last_fetch_at": stamp}
+    # With entries left over, the next run must read the whole feed again, not a 304.
+    if not diagnostics["truncated"] and answer.headers.get("etag"):
+        next_checkpoint["etag"] = answer.headers["etag"]
+    if not diagnostics["truncated"] and answer.headers.get("last-modified"):
+        next_checkpoint["last_modified"] = answer.headers["last-modified"]
+    if feed.ttl_minutes is not None:
+        next_checkpoint["ttl"] = feed.ttl_minutes
+    next_checkpoint["seen"] = _latest(seen, next_checkpoint)
+    return {"items": items, "checkpoint": next_checkpoint, "more": False, "reads": 1,
+            "diagnostics": {"http_status": 200, "feed_version": feed.version, **diagnostics,
+                            **({"encoding_warning": feed.warning} if feed.warning else {})}}
+
+
+def _items(feed: Feed, seen: dict[str, str]) -> tuple[list[dict], dict[str, str], dict]:
+    """The items to send (new or changed since `seen`, at most 1,000), `seen` brought up to date,
+    and the counts for the diagnostics."""
     items, current, skipped_empty, truncated = [], [], 0, False
     for position, entry in enumerate(feed.entries):
         item = item_of(entry, position)
@@ -306,19 +334,8 @@ def fetch(request: dict) -> dict:
     for key, item_revision in reversed(current):  # a feed lists its newest first: they go last, kept longest
         seen.pop(key, None)
         seen[key] = item_revision
-    next_checkpoint: dict = {"last_fetch_at": stamp}
-    # With entries left over, the next run must read the whole feed again, not a 304.
-    if not truncated and answer.headers.get("etag"):
-        next_checkpoint["etag"] = answer.headers["etag"]
-    if not truncated and answer.headers.get("last-modified"):
-        next_checkpoint["last_modified"] = answer.headers["last-modified"]
-    if feed.ttl_minutes is not None:
-        next_checkpoint["ttl"] = feed.ttl_minutes
-    next_checkpoint["seen"] = _latest(seen, next_checkpoint)
-    return {"items": items, "checkpoint": next_checkpoint, "more": False, "reads": 1,
-            "diagnostics": {"http_status": 200, "feed_version": feed.version, "entries": len(feed.entries),
-                            "sent": len(items), "without_text": skipped_empty, "truncated": truncated,
-                            **({"encoding_warning": feed.warning} if feed.warning else {})}}
+    return items, seen, {"entries": len(feed.entries), "sent": len(items), "without_text": skipped_empty,
+                         "truncated": truncated}
 
 
 def _ttl_pending(checkpoint: dict, now: datetime) -> bool:

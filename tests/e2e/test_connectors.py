@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 
 from contentsvc.processes.local_service import free_port
@@ -420,6 +421,23 @@ def test_rate_and_address_guards_refuse_before_the_plugin(deployment):
     assert_error(forged, 403, "ip_not_allowed")
     counters = c.get(f"/v0/connectors/{slow['connector_id']}").json()["push_counters"]
     assert counters["rate_limited"] == 1 and counters["refused"] == 1
+
+
+def test_a_change_made_by_any_path_reaches_the_next_pushes(deployment):
+    # rule 9 (allowed_cidrs) under the API's cache of pushed-to Connectors (schema/026): a change
+    # made outside the API, here plain SQL, is announced by the trigger and ends the cached copy.
+    owner = org()
+    c = client(deployment, owner)
+    connector = fixture_push(c, create_corpus(c), "cached")
+    pusher = client(deployment, owner, actions="connector:push")
+    api = f"/v0/connectors/{connector['connector_id']}/api/ingest_key"
+    assert pusher.post(api, json=items("x")).status_code == 202  # now cached
+    _, url = deployment
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE connectors SET push_policy = push_policy || '{\"allowed_cidrs\": [\"10.0.0.0/8\"]}'"
+                     " WHERE connector_id = %s", (connector["connector_id"],))
+    until(lambda: pusher.post(api, json=items("y")).status_code == 403 or None, "the fence seen by pushes")
+    assert_error(pusher.post(api, json=items("z")), 403, "ip_not_allowed")
 
 
 def test_social_list_signed_receive_and_its_relay_share_one_guard(deployment):

@@ -70,3 +70,32 @@ def test_a_read_that_straddles_a_clear_is_not_stored():
         assert await cache.principal("csk_secret", table.read) is None and table.reads == 1
 
     run(scenario())
+
+
+def test_forgetting_one_entry_keeps_the_others_and_stops_a_straddling_read():
+    # storage/notified_cache.py: the pushed-to Connectors' cache drops one Connector per announcement
+    from contentsvc.storage.notified_cache import NotifiedCache
+
+    cache: NotifiedCache[str, str] = NotifiedCache(max_entries=10)
+    cache.listening_started()
+    reads: list[str] = []
+
+    async def read(key: str) -> str:
+        reads.append(key)
+        return f"row of {key}"
+
+    async def read_then_changed(key: str) -> str:
+        cache.forget(key)  # its change is announced while this request reads it
+        return "stale row"
+
+    async def scenario():
+        await cache.get("a", read)
+        await cache.get("b", read)
+        cache.forget("a")
+        await cache.get("a", read)
+        await cache.get("b", read)
+        assert reads == ["a", "b", "a"]
+        assert await cache.get("c", read_then_changed) == "stale row"
+        assert await cache.get("c", read) == "row of c" and reads[-1] == "c"
+
+    run(scenario())

@@ -123,20 +123,27 @@ def logging_middleware(app):
 
 
 async def _listen(url: str, settings: Settings, feed_moved: FeedTicker, lexical_moved: FeedTicker,
-                  keys: PrincipalCache) -> None:
+                  keys: PrincipalCache, instances: connector_push_routes.PushInstances) -> None:
     """Wakes change streams when the read model commits, reloads searchers when the lexical
-    projector commits, and clears the key cache when a key changes; reconnects after outages
-    (the watch logs them)."""
+    projector commits, and drops from the caches what changed (a key, a pushed-to Connector, the
+    plan); reconnects after outages (the watch logs them)."""
     options = connection_options(settings.database, "contentsvc api listen", bounded_statements=False)
+    caches = (keys, instances)
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True, **options) as conn:
-                await conn.execute(f"LISTEN {PROGRESS_CHANNEL}")
-                await conn.execute(f"LISTEN {KEYS_CHANNEL}")
-                keys.listening_started()
+                for channel in (PROGRESS_CHANNEL, KEYS_CHANNEL, connector_push_routes.CONNECTORS_CHANNEL,
+                                connector_push_routes.PLANS_CHANNEL):
+                    await conn.execute(f"LISTEN {channel}")
+                for cache in caches:
+                    cache.listening_started()
                 async for notice in conn.notifies():
                     if notice.channel == KEYS_CHANNEL:
                         keys.clear()
+                    elif notice.channel == connector_push_routes.CONNECTORS_CHANNEL:
+                        instances.forget(notice.payload)
+                    elif notice.channel == connector_push_routes.PLANS_CHANNEL:
+                        instances.clear()
                     elif notice.payload == FEED_PROJECTOR:
                         feed_moved.bump()
                     elif notice.payload == generations.LEXICAL:
@@ -146,7 +153,8 @@ async def _listen(url: str, settings: Settings, feed_moved: FeedTicker, lexical_
         except Exception as exc:  # the database is away: streams fall back to polling, keys are read
             log.debug("journal_listen_lost", error=type(exc).__name__)
         finally:
-            keys.listening_lost()
+            for cache in caches:
+                cache.listening_lost()
         await asyncio.sleep(1.0)
 
 
@@ -187,10 +195,11 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
         pool = async_pool(database_url, settings.database, watch)
         await pool.open(wait=False)
         feed_moved, lexical_moved, keys = FeedTicker(), FeedTicker(), PrincipalCache()
+        instances = connector_push_routes.push_instances()
         app.state.services = Services(settings, pool, CursorCodec(secret), feed_moved,
                                       LexicalSearcher(settings.home, lexical_moved), VectorSearcher(settings.home),
-                                      public_base_url, keys, SingleCommandGroups(pool), PushAudit(pool))
-        tasks = [asyncio.create_task(_listen(database_url, settings, feed_moved, lexical_moved, keys)),
+                                      public_base_url, keys, SingleCommandGroups(pool), PushAudit(pool), instances)
+        tasks = [asyncio.create_task(_listen(database_url, settings, feed_moved, lexical_moved, keys, instances)),
                  asyncio.create_task(watch.run())]
         try:
             yield

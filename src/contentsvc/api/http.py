@@ -14,6 +14,7 @@ from contentsvc.auth.principal import INVALID_KEY, Principal, bearer_secret, loa
 from contentsvc.commands.group_commit import SingleCommandGroups
 from contentsvc.connectors.push_store import PushAudit
 from contentsvc.readmodel.changes import FeedTicker
+from contentsvc.storage.notified_cache import NotifiedCache
 from contentsvc.config import Settings
 from contentsvc.domain.cursors import CursorCodec, InvalidCursor
 from contentsvc.domain.errors import ApiError
@@ -36,6 +37,7 @@ class Services:
     keys: PrincipalCache  # cleared by the listening connection whenever a key changes
     single_commands: SingleCommandGroups  # concurrent single ingests of a key share a commit
     push_audit: PushAudit  # concurrent push attempts on a Connector share their audit's commit
+    push_instances: NotifiedCache  # pushed-to Connectors and their kinds, dropped when announced changed
 
 
 def services(request: Request) -> Services:

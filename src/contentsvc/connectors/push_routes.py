@@ -24,7 +24,7 @@ import msgspec
 from litestar import Request, Response
 from psycopg.types.json import Jsonb
 
-from contentsvc.api.http import cached_principal, read_body, services
+from contentsvc.api.http import Services, cached_principal, read_body, services
 from contentsvc.api.routes import Call, Stream, operation
 from contentsvc.auth.principal import bearer_secret
 from contentsvc.commands.group_commit import SingleCommandGroups
@@ -53,6 +53,7 @@ from contentsvc.plugins.client import PluginClient, PluginUnreachable, plugin_er
 from contentsvc.plugins.manifest import PushRoute, validate_against
 from contentsvc.readmodel.receipts import answer_receipts
 from contentsvc.storage import sealed
+from contentsvc.storage.notified_cache import NotifiedCache
 
 log = get_logger("contentsvc.connectors.push")
 
@@ -90,14 +91,31 @@ def _plugin_unavailable() -> ApiError:
                     headers={"Retry-After": "5"})
 
 
-async def _instance(pool, settings, connector_id: str) -> tuple[dict[str, Any], ServedKind]:
-    """The Connector and its kind, when it exists and its kind declares push; else None, 404."""
-    async with pool.connection() as conn:
-        row = await views.connector_row(conn, connector_id)
-        served = (await served_kinds(conn, settings)).get(row["kind"]) if row is not None else None
-    if row is None or served is None or served.description.push is None:
+# What a push reads of its Connector and kind, kept by each API process while its listening
+# connection hears of their changes (storage/notified_cache.py): a trigger announces a change to
+# a Connector on CONNECTORS_CHANNEL, a new plan on PLANS_CHANNEL (schema/026).
+CONNECTORS_CHANNEL = "contentsvc_connectors"
+PLANS_CHANNEL = "contentsvc_plans"
+PushInstances = NotifiedCache[str, tuple[dict[str, Any], ServedKind]]
+
+
+def push_instances() -> PushInstances:
+    return NotifiedCache(max_entries=10_000)
+
+
+async def _instance(svc: Services, connector_id: str) -> tuple[dict[str, Any], ServedKind]:
+    """The Connector and its kind, when it exists and its kind declares push; else 404. The row is
+    shared with other requests: read, never changed."""
+    async def read(connector_id: str) -> tuple[dict[str, Any], ServedKind] | None:
+        async with svc.pool.connection() as conn:
+            row = await views.connector_row(conn, connector_id)
+            served = (await served_kinds(conn, svc.settings)).get(row["kind"]) if row is not None else None
+        return None if row is None or served is None else (row, served)
+
+    found = await svc.push_instances.get(connector_id, read)
+    if found is None or found[1].description.push is None:
         raise not_found("connector")
-    return row, served
+    return found
 
 
 async def _authorize(pool, request: Request, row: dict[str, Any], route: PushRoute) -> None:
@@ -275,7 +293,7 @@ async def _push(call: Call[None, None], connector_id: str, path: str) -> Respons
     # Each step borrows a connection for itself alone: none is held across the plugin call or while
     # the items wait for their group commit, which takes connections of its own.
     pool = svc.pool
-    row, served = await _instance(pool, settings, connector_id)
+    row, served = await _instance(svc, connector_id)
     attempt = Attempt(row, "unknown", request.method, client_ip)
 
     async def work() -> Response:
@@ -416,7 +434,7 @@ async def _relay(call: Call, connector_id: str) -> Response:
     settings = svc.settings
     client_ip = _client_ip(request, settings)
     pool = svc.pool
-    row, served = await _instance(pool, settings, connector_id)
+    row, served = await _instance(svc, connector_id)
     if not served.description.push.relay:
         raise not_found("connector")
     attempt = Attempt(row, RELAY, request.method, client_ip)

@@ -101,8 +101,11 @@ async def get_connector(call: Call[None, None], connector_id: str) -> Response:
 @operation("disableConnector", "POST", "/v0/connectors/{connector_id}/disable", permission=WRITE,
            body=ActionRequest, body_required=False, responses={200: Connector})
 async def disable_connector(call: Call[ActionRequest | None, None], connector_id: str) -> Response:
-    async with services(call.request).pool.connection() as conn:
+    svc = services(call.request)
+    async with svc.pool.connection() as conn:
         await commands.disable_connector(conn, call.principal, connector_id)
+    # This process's pushes see the change at once; other API processes when its announcement arrives.
+    svc.push_instances.forget(connector_id)
     return respond(await _view(call, connector_id))
 
 
@@ -112,6 +115,7 @@ async def replace_connector_credential(call: Call[CredentialReplace, None], conn
     svc = services(call.request)
     async with svc.pool.connection() as conn:
         await commands.replace_credential(conn, svc.settings, call.principal, connector_id, call.body)
+    svc.push_instances.forget(connector_id)  # as for disableConnector
     return respond(await _view(call, connector_id))
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 from psycopg import AsyncConnection
@@ -129,9 +129,11 @@ async def record_attempts(conn: AsyncConnection, attempts: list[Attempt]) -> lis
     moved = {"received": received, "refused": len(attempts) - received,
              "replayed": sum(1 for a in attempts if a.counter == "replayed"),
              "rate_limited": sum(1 for a in attempts if a.counter == "rate_limited")}
+    # Stamped by this process's clock, as a Receipt's accepted_at is, and the counters written in one
+    # upsert: nothing in the transaction waits for an answer, so it goes out in one flush.
+    now = datetime.now(UTC)
     try:
         async with journal_transaction(conn):
-            now = await database_now(conn)
             events = []
             for a in attempts:
                 payload_type = ConnectorPushReceived if 200 <= a.status < 300 else ConnectorPushRefused
@@ -141,15 +143,17 @@ async def record_attempts(conn: AsyncConnection, attempts: list[Attempt]) -> lis
                     payload.code = a.code
                 events.append(NewEvent(org_id=a.org_id, corpus_id=a.corpus_id, subject_type=CONNECTOR_SUBJECT,
                                        subject_id=a.connector_id, payload=payload))
-            await conn.execute("INSERT INTO connector_push_counters (connector_id) VALUES (%s) ON CONFLICT DO NOTHING",
-                               (connector_id,))
             await conn.execute(
-                "UPDATE connector_push_counters SET received = received + %(received)s,"
-                " refused = refused + %(refused)s, replayed = replayed + %(replayed)s,"
-                " rate_limited = rate_limited + %(rate_limited)s,"
-                " last_received_at = CASE WHEN %(received)s > 0 THEN %(now)s ELSE last_received_at END,"
-                " last_refused_at = CASE WHEN %(refused)s > 0 THEN %(now)s ELSE last_refused_at END"
-                " WHERE connector_id = %(connector_id)s", {**moved, "now": now, "connector_id": connector_id})
+                "INSERT INTO connector_push_counters AS c (connector_id, received, refused, replayed, rate_limited,"
+                "                                          last_received_at, last_refused_at)"
+                " VALUES (%(connector_id)s, %(received)s, %(refused)s, %(replayed)s, %(rate_limited)s,"
+                "         CASE WHEN %(received)s > 0 THEN %(now)s END, CASE WHEN %(refused)s > 0 THEN %(now)s END)"
+                " ON CONFLICT (connector_id) DO UPDATE SET received = c.received + excluded.received,"
+                " refused = c.refused + excluded.refused, replayed = c.replayed + excluded.replayed,"
+                " rate_limited = c.rate_limited + excluded.rate_limited,"
+                " last_received_at = coalesce(excluded.last_received_at, c.last_received_at),"
+                " last_refused_at = coalesce(excluded.last_refused_at, c.last_refused_at)",
+                {**moved, "now": now, "connector_id": connector_id})
             await append(conn, events)
     except psycopg.Error as exc:
         raise audit_unavailable() from exc

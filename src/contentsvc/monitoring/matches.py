@@ -171,27 +171,34 @@ def ends_currentness(p: ev.RecordAvailabilityChanged) -> bool:
     return p.is_current is False and p.state is UNSET
 
 
-async def fold_made_current(conn: AsyncConnection, e: JournalEvent, not_ready_max_seconds: int) -> int:
-    """One pending evaluation per live Subscription whose judging Version pins the event's Corpus;
-    a `not_ready` one of this Version is due again (or dropped past `not_ready_max_seconds`)."""
-    p: ev.RecordAvailabilityChanged = e.payload
-    cur = await conn.execute(
+async def fold_made_current(conn: AsyncConnection, events: list[JournalEvent], not_ready_max_seconds: int) -> None:
+    """For each event, one pending evaluation per live Subscription whose judging Version (the
+    latest before the event) pins the event's Corpus; a `not_ready` one of its Version is due again
+    (or dropped past `not_ready_max_seconds`). One statement for the whole run of events."""
+    if not events:
+        return
+    await conn.execute(
         "INSERT INTO monitor_evaluations (subscription_version_id, version_id, subscription_id, org_id, corpus_id,"
         "                                 record_id, trigger_position, state, next_attempt_at)"
-        " SELECT s.version_id, %s, s.subscription_id, s.org_id, %s, %s, %s, 'pending', now()"
-        " FROM (SELECT DISTINCT ON (h.subscription_id) h.* FROM monitor_subscription_history h"
-        "       WHERE h.org_id = %s AND h.position < %s ORDER BY h.subscription_id, h.position DESC) s"
-        " WHERE s.enabled AND NOT s.deleted AND %s = ANY(s.corpus_ids)"
+        " SELECT s.version_id, e.version_id, s.subscription_id, s.org_id, e.corpus_id, e.record_id, e.position,"
+        "        'pending', now()"
+        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[])"
+        "      AS e(version_id, org_id, corpus_id, record_id, position)"
+        " CROSS JOIN LATERAL (SELECT DISTINCT ON (h.subscription_id) h.* FROM monitor_subscription_history h"
+        "       WHERE h.org_id = e.org_id AND h.position < e.position ORDER BY h.subscription_id, h.position DESC) s"
+        " WHERE s.enabled AND NOT s.deleted AND e.corpus_id = ANY(s.corpus_ids)"
         " ON CONFLICT DO NOTHING",
-        (p.version_id, e.corpus_id, p.record_id, e.position, e.org_id, e.position, e.corpus_id))
-    await rearm_not_ready(conn, p.version_id, not_ready_max_seconds)
-    return cur.rowcount
+        ([e.payload.version_id for e in events], [e.org_id for e in events], [e.corpus_id for e in events],
+         [e.payload.record_id for e in events], [e.position for e in events]))
+    await rearm_not_ready(conn, [e.payload.version_id for e in events], not_ready_max_seconds)
 
 
-async def fold_enriched(conn: AsyncConnection, version_id: str, not_ready_max_seconds: int) -> None:
-    await conn.execute("INSERT INTO monitor_enriched_versions (version_id) VALUES (%s) ON CONFLICT DO NOTHING",
-                       (version_id,))
-    await rearm_not_ready(conn, version_id, not_ready_max_seconds)
+async def fold_enriched(conn: AsyncConnection, version_ids: list[str], not_ready_max_seconds: int) -> None:
+    if not version_ids:
+        return
+    await conn.execute("INSERT INTO monitor_enriched_versions (version_id) SELECT unnest(%s::text[])"
+                       " ON CONFLICT DO NOTHING", (version_ids,))
+    await rearm_not_ready(conn, version_ids, not_ready_max_seconds)
 
 
 async def is_enriched(conn: AsyncConnection, version_id: str) -> bool:
@@ -199,7 +206,7 @@ async def is_enriched(conn: AsyncConnection, version_id: str) -> bool:
     return await cur.fetchone() is not None
 
 
-async def rearm_not_ready(conn: AsyncConnection, version_id: str, not_ready_max_seconds: int) -> None:
+async def rearm_not_ready(conn: AsyncConnection, version_ids: list[str], not_ready_max_seconds: int) -> None:
     """decisions-part2: not_ready is evaluated again at the next record.enriched or
     record.availability_changed of the Version; dropped after not_ready_max_seconds."""
     await conn.execute(
@@ -207,8 +214,8 @@ async def rearm_not_ready(conn: AsyncConnection, version_id: str, not_ready_max_
         " state = CASE WHEN first_not_ready_at + make_interval(secs => %s) < now() THEN 'dropped' ELSE state END,"
         " next_attempt_at = CASE WHEN first_not_ready_at + make_interval(secs => %s) < now() THEN NULL"
         "                   ELSE now() END"
-        " WHERE version_id = %s AND state = 'pending' AND next_attempt_at IS NULL",
-        (not_ready_max_seconds, not_ready_max_seconds, version_id))
+        " WHERE version_id = ANY(%s) AND state = 'pending' AND next_attempt_at IS NULL",
+        (not_ready_max_seconds, not_ready_max_seconds, version_ids))
 
 
 async def fold_not_current(conn: AsyncConnection, e: JournalEvent, settings: DeliverySettings) -> list[NewEvent]:

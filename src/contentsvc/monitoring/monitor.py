@@ -143,21 +143,35 @@ class MonitorWorker(TableFold):
         out: list[NewEvent] = []
         deliveries = self.settings.deliveries
         not_ready_max = self.settings.monitoring.not_ready_max_seconds
+        # Versions made current and enriched are folded a run at a time, one statement each (the
+        # common case: ingestion). The other kinds end a run: their order against it matters.
+        made_current: list[JournalEvent] = []
+        enriched: list[str] = []
+
+        async def fold_run() -> None:
+            await matches.fold_made_current(conn, made_current, not_ready_max)
+            await matches.fold_enriched(conn, enriched, not_ready_max)
+            if made_current or enriched:
+                self._more_due = True
+            made_current.clear()
+            enriched.clear()
+
         for e in events:
             p = e.payload
-            if e.kind == me.SUBSCRIPTION_COMMITTED:
-                await matches.fold_subscription(conn, e)
-            elif e.kind == ev.RECORD_AVAILABILITY_CHANGED:
-                if matches.makes_current(p):
-                    await matches.fold_made_current(conn, e, not_ready_max)
-                    self._more_due = True
-                elif matches.ends_currentness(p):
-                    out.extend(await matches.fold_not_current(conn, e, deliveries))
+            if e.kind == ev.RECORD_AVAILABILITY_CHANGED and matches.makes_current(p):
+                made_current.append(e)
             elif e.kind == ev.RECORD_ENRICHED:
-                await matches.fold_enriched(conn, p.version_id, not_ready_max)
-                self._more_due = True
+                enriched.append(p.version_id)
+            elif e.kind == me.SUBSCRIPTION_COMMITTED:
+                await fold_run()
+                await matches.fold_subscription(conn, e)
+            elif e.kind == ev.RECORD_AVAILABILITY_CHANGED and matches.ends_currentness(p):
+                await fold_run()
+                out.extend(await matches.fold_not_current(conn, e, deliveries))
             elif e.kind == ev.RECORD_WITHDRAWN:
+                await fold_run()
                 out.extend(await matches.fold_withdrawn(conn, e, deliveries))
+        await fold_run()
         await append(conn, out)
 
     async def step(self, conn: AsyncConnection) -> bool:

@@ -4,6 +4,7 @@ Pure, apart from the token buckets each API process holds in memory."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import re
@@ -76,6 +77,7 @@ def check_sizes(body_size: int, query: str) -> None:
         raise ApiError(413, "request_too_large", f"The query exceeds {MAX_QUERY_BYTES} bytes.")
 
 
+@functools.lru_cache(maxsize=1024)
 def _template(path: str) -> re.Pattern:
     parts = [r"[^/]+" if re.fullmatch(r"\{\w+\}", segment) else re.escape(segment) for segment in path.split("/")]
     return re.compile("^" + "/".join(parts) + "$")

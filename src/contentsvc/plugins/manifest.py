@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Literal
 
@@ -355,12 +355,19 @@ def _uniqueness_issues(document: dict) -> list[ManifestIssue]:
     return issues
 
 
+@lru_cache(maxsize=256)
+def _validator(encoded_schema: bytes):
+    """A schema's validator, built once: building one is most of checking a small instance (a push
+    route's body is checked against its request_schema on every push)."""
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(msgspec.json.decode(encoded_schema))
+
+
 def validate_against(schema: object, instance: object) -> list[ManifestIssue]:
     """An instance (plugin configuration, an expression, a fixture) against a schema the manifest declares;
     pointers are into the instance."""
-    from jsonschema import Draft202012Validator
-
-    errors = sorted(Draft202012Validator(schema).iter_errors(instance),
+    errors = sorted(_validator(msgspec.json.encode(schema)).iter_errors(instance),
                     key=lambda e: (list(map(str, e.absolute_path)), e.message))
     return [ManifestIssue(pointer(*error.absolute_path), error.message) for error in errors]
 

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from contentsvc_plugins.html_text import html_to_text
 from contentsvc_plugins.server import PluginError
@@ -42,3 +45,11 @@ def test_html_is_reduced_to_text():
     # decisions-part2 rss/social_list: body is HTML reduced to text
     html = "<p>Bearings on <b>crane&nbsp;four</b></p><script>x()</script><p>done &amp; dusted<br>ok</p>"
     assert html_to_text(html) == "Bearings on crane four\ndone & dusted\nok"
+
+
+@given(st.text(alphabet=st.sampled_from("ab \t\r\n\f\v\u00a0\u2028x"), max_size=60))
+def test_spacing_collapses_as_the_plain_rule_says(text):
+    # Runs of spaces and tabs become one space, space around a line break goes, ends are trimmed:
+    # the faster patterns of html_text give exactly what the plain ones give.
+    expected = re.sub(r"\s*\n\s*", "\n", re.sub(r"[ \t\r\f\v\u00a0]+", " ", text)).strip()
+    assert html_to_text(text) == expected

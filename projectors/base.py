@@ -59,6 +59,9 @@ class Projector(ABC):
     # (runner.Pace; None: the runner's 50 ms). Longer for a fold whose every step has a high
     # fixed cost, such as an index commit.
     coalesce_seconds: ClassVar[float | None] = None
+    # Work of its own that outlives a step and uses the step's connection in transactions of its
+    # own (the connectors worker's runs): the runner then leaves an open transaction alone.
+    runs_beside_steps: ClassVar[bool] = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Projector":

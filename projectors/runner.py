@@ -99,6 +99,16 @@ async def _wait_for_commit(conn: AsyncConnection, poll_seconds: float, coalesce_
             pass
 
 
+async def _end_open_transaction(conn: AsyncConnection, projector: Projector) -> None:
+    """Every step ends its transactions (Projector.step). One left open would hold back the
+    notifications the wait listens for (PostgreSQL delivers them between transactions) and keep
+    its snapshot: it is rolled back, and logged as the defect it is."""
+    if not projector.runs_beside_steps and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        log.error("projector_step_left_transaction_open", projector=projector.name,
+                  status=conn.info.transaction_status.name)
+        await conn.rollback()
+
+
 def wake_channels(projector: Projector) -> list[str]:
     """The journal channels a worker listens to (schema/025): every append, or its families'."""
     if projector.wakes_on is None:
@@ -152,7 +162,9 @@ async def run(
                     delay = retry_first_seconds
                 pace = Pace()
                 while not stop.is_set():
-                    if not await projector.step(work):
+                    more = await projector.step(work)
+                    await _end_open_transaction(work, projector)
+                    if not more:
                         await _wait_for_commit(work, min(poll_seconds, projector.idle_poll_seconds() or poll_seconds),
                                                projector.coalesce_seconds or coalesce_seconds, pace)
             return

@@ -226,3 +226,54 @@ def test_a_lost_database_is_waited_out_and_every_event_is_folded_once(url, admin
     # psycopg itself may note, once, that the pipeline of the transaction it lost could not end.
     library = [r for r in caplog.records if r.getMessage().endswith("the connection is lost")]
     assert library == caplog.records and len(library) <= 3 and not any(r.exc_info for r in library)
+
+
+class LeavesTransactionOpen(TableFold):
+    """A defective fold: its first step reads and returns inside the transaction it began."""
+
+    name = "leaky"
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
+        await conn.execute("INSERT INTO tally (position) SELECT unnest(%s::bigint[])", ([e.position for e in events],))
+
+    async def step(self, conn: AsyncConnection) -> bool:
+        self.steps += 1
+        if self.steps == 1:
+            await conn.execute("SELECT 1")  # a transaction begun and never ended
+            return False
+        return await super().step(conn)
+
+
+def test_a_step_that_leaves_a_transaction_open_is_rolled_back_and_the_next_commit_wakes_the_fold(url):
+    # Projector.step: every step ends its transactions, or PostgreSQL holds back the notifications
+    # its wait listens for until the next poll; the runner rolls such a transaction back and logs it.
+    async def scenario() -> tuple[int, int]:
+        projector = LeavesTransactionOpen()
+        stop = asyncio.Event()
+        task = asyncio.create_task(run(url, projector, poll_seconds=4.0, stop=stop))
+        try:
+            for _ in range(200):
+                if projector.steps >= 1:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.2)  # the runner now waits for a commit (a 4 s poll: only a wake-up ends it sooner)
+            await append_events(url, 5)
+            async with await AsyncConnection.connect(url, autocommit=True) as conn:
+                target = await head(conn)
+            for _ in range(40):  # 2 s at most: well inside the poll
+                rows = (await tally_counts(url))[0]
+                if rows >= 5:
+                    break
+                await asyncio.sleep(0.05)
+            return rows, target
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, timeout=30)
+
+    with capture_logs() as logs:
+        rows, _ = asyncio.run(scenario())
+    assert rows == 5  # folded on the wake-up, not after the poll
+    assert [e for e in logs if e["event"] == "projector_step_left_transaction_open"][0]["projector"] == "leaky"

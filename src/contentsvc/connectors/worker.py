@@ -72,6 +72,7 @@ class ConnectorsWorker(Projector):
     name = "connectors"
     # Connectors created, changed or asked to run, and plan changes; schedules are polled.
     wakes_on = ("connector", "plugin")
+    runs_beside_steps = True  # runs commit their pages on the worker's connection between steps
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

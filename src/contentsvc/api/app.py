@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
@@ -201,6 +202,11 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
                                       public_base_url, keys, SingleCommandGroups(pool), PushAudit(pool), instances)
         tasks = [asyncio.create_task(_listen(database_url, settings, feed_moved, lexical_moved, keys, instances)),
                  asyncio.create_task(watch.run())]
+        # What start-up made (modules, the app, its routes and schemas: some 100,000 objects) lives
+        # as long as the process: moved out of the collector's reach, a full collection no longer
+        # walks it, and stops pausing every request in flight for 40-60 ms every few seconds.
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:

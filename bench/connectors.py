@@ -20,7 +20,8 @@ in the monitoring suite, so embedding does not take the cores being measured.
    1,000 (decisions-part2), so the items come as several feeds rather than one; their runs
    proceed `[connectors] run_concurrency` at a time;
 3. push: --pushes requests of one item each to a fixture Connector's `ingest_key` route
-   (`service_key`), --concurrency at a time, each timed from send to its 202.
+   (`service_key`), --concurrency at a time, each timed from send to its 202, sent by the lean
+   client of bench/http_load.py (httpx would take a share of the two cores as large as the API's).
 
 Each phase starts once every fold has caught up with the journal: the indexing a phase leaves
 behind its last Receipt is not charged to the next.
@@ -60,15 +61,17 @@ from contentsvc.bench.driver import (
     target_lines,
     write_results,
 )
+from contentsvc.bench.http_load import LoadClient, LoadError
 from contentsvc.bench.monitoring_workload import load_documents, text_of
 from contentsvc.bench.service import JSON_HEADERS, OwnService, api_client, create_corpus, scan_server_log
-from contentsvc.bench.stats import Errors, latency_summary
+from contentsvc.bench.stats import Errors, cpu_seconds, latency_summary
 
 RESULT_PATH = RESULTS_DIR / "connectors.json"
 SERVER_LOG = RESULTS_DIR / "connectors-server.log"
 RSS_MANIFEST = Path(__file__).resolve().parents[1] / "src" / "contentsvc_plugins" / "rss" / "contentsvc-plugin.json"
 BATCH = 100
 BATCH_CONCURRENCY = 4
+WARM_UP_PUSHES = 200
 
 TARGETS = {
     "pull_to_batch_ratio": {"op": ">=", "value": 0.7, "unit": "x"},
@@ -202,7 +205,7 @@ async def pull(client, conn, corpus_id: str, base_url: str, feeds: int, items: i
             "seconds": round(done - started, 2), "items_per_s": round(items / (done - started), 1)}
 
 
-async def push(client, corpus_id: str, pushes: int, concurrency: int) -> dict[str, Any]:
+async def push(client, load: LoadClient, corpus_id: str, pushes: int, concurrency: int) -> dict[str, Any]:
     r = await client.post("/v0/connectors", content=msgspec.json.encode({
         "idempotency_key": uuid.uuid4().hex, "corpus_id": corpus_id, "source_namespace": "pushed", "kind": "fixture",
         "config": {"items": []}, "push_policy": {"rate_per_second": 1000, "burst": 10000}}), headers=JSON_HEADERS)
@@ -212,8 +215,6 @@ async def push(client, corpus_id: str, pushes: int, concurrency: int) -> dict[st
     latencies: list[float] = []
     errors = Errors()
     queue: asyncio.Queue[int] = asyncio.Queue()
-    for n in range(pushes):
-        queue.put_nowait(n)
 
     async def worker():
         while not queue.empty():
@@ -221,23 +222,29 @@ async def push(client, corpus_id: str, pushes: int, concurrency: int) -> dict[st
             body = msgspec.json.encode({"items": [{"record_key": f"p{n}", "revision": "1",
                                                    "text": f"pushed notice number {n}"}]})
             t0 = time.perf_counter()
-            answer = await client.post(route, content=body, headers=JSON_HEADERS)
+            try:
+                answer = await load.post(route, body)
+            except LoadError as exc:
+                errors.add(type(exc).__name__, str(exc))
+                continue
             latencies.append((time.perf_counter() - t0) * 1000)
             if answer.status_code != 202:
                 errors.add(str(answer.status_code), answer.text)
 
-    for n in range(min(50, pushes)):  # warm-up: connections, caches
-        queue.get_nowait()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    async def send(numbers: range) -> None:
+        for n in numbers:
+            queue.put_nowait(n)
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+    await send(range(WARM_UP_PUSHES))  # connections opened, caches filled; not timed
     latencies.clear()
-    for n in range(pushes):
-        queue.put_nowait(n + pushes)
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    cpu0, started = cpu_seconds(), time.perf_counter()
+    await send(range(WARM_UP_PUSHES, WARM_UP_PUSHES + pushes))
     seconds = time.perf_counter() - started
     return {"pushes": pushes, "concurrency": concurrency, "route": "ingest_key (service_key, fixture kind)",
             "seconds": round(seconds, 2), "pushes_per_s": round(pushes / seconds, 1),
-            "latency": latency_summary(latencies), "errors": errors.report()}
+            "latency": latency_summary(latencies), "client_cpu_s": round(cpu_seconds() - cpu0, 2),
+            "errors": errors.report()}
 
 
 async def run_bench(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -266,7 +273,11 @@ async def run_bench(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
             pulled = await pull(client, conn, corpora["pull"], base_url, args.feeds, len(docs), args.cap)
             say(f"pull: {fmt(pulled['items_per_s'])} items/s; {args.pushes} pushes at {args.concurrency} ...")
             await settle(conn, args.cap)
-            pushed = await push(client, corpora["push"], args.pushes, args.concurrency)
+            load = LoadClient(target.base_url, target.api_key, args.concurrency)
+            try:
+                pushed = await push(client, load, corpora["push"], args.pushes, args.concurrency)
+            finally:
+                await load.aclose()
             say(f"push: p99 {pushed['latency']['p99_ms']} ms")
     finally:
         own.stop()
@@ -285,7 +296,8 @@ def summary_text(report: dict[str, Any]) -> str:
              f"rss pull: {p['items']:,} items from {p['feeds']} feeds on loopback: {fmt(p['items_per_s'])} items/s "
              f"({p['seconds']} s), {fmt(res['pull_to_batch_ratio'])}x batch",
              f"push ({s['route']}): {s['pushes']} at concurrency {s['concurrency']}: {fmt(s['pushes_per_s'])}/s, "
-             f"p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms, errors {s['errors']['total']}",
+             f"p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms, errors {s['errors']['total']}, "
+             f"client CPU {s['client_cpu_s']} s",
              "-" * 96]
     lines += target_lines(report)
     return "\n".join(lines + closing_lines(report, RESULT_PATH))

@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
-
 from contentsvc.bench.ingest_requests import (DRAIN_CAP_S, PHASE_CAP_S, Texts, closed_loop, decode, encode,
                                               ingest_command, wait_resolved, warm_up)
+from contentsvc.bench.http_load import Answer, LoadClient
 from contentsvc.bench.service import Target, api_client
 from contentsvc.bench.stats import Errors, latency_summary
 
@@ -28,13 +27,14 @@ async def bench_batch(target: Target, texts: Texts, corpus_id: str, run_id: str,
     item_errors = Errors()
     accepted = 0
 
+    load = LoadClient(target.base_url, target.api_key, BATCH_CONCURRENCY)
     async with api_client(target, BATCH_CONCURRENCY) as client:
         # One small batch per connection.
-        await warm_up(client, "/v0/records/batch", [
+        await warm_up(load, "/v0/records/batch", [
             encode({"entries": [ingest_command(corpus_id, f"{run_id}-bw{c}-{i}", texts.take()) for i in range(5)]})
             for c in range(BATCH_CONCURRENCY)])
 
-        def answered(elapsed: float, r: httpx.Response) -> None:
+        def answered(elapsed: float, r: Answer) -> None:
             nonlocal accepted
             items = decode(r.content)["items"]
             ok = [it for it in items if it.get("status") == 202 and it.get("receipt")]
@@ -46,7 +46,8 @@ async def bench_batch(target: Target, texts: Texts, corpus_id: str, run_id: str,
             if ok:
                 last_receipts.append(ok[-1]["receipt"]["receipt_id"])
 
-        loop = await closed_loop(client, "/v0/records/batch", bodies, BATCH_CONCURRENCY, 200, answered)
+        loop = await closed_loop(load, "/v0/records/batch", bodies, BATCH_CONCURRENCY, 200, answered)
+        await load.aclose()
         drain = await wait_resolved(client, last_receipts, DRAIN_CAP_S, target.database_url)
 
     end_to_end = loop.wall + drain["seconds"]

@@ -17,7 +17,7 @@ import msgspec
 import psycopg
 
 from contentsvc.bench.driver import BenchError
-from contentsvc.bench.service import JSON_HEADERS
+from contentsvc.bench.http_load import Answer, LoadClient, LoadError
 from contentsvc.bench.stats import Errors, cpu_seconds
 
 TEXT_BYTES = 1024
@@ -76,10 +76,10 @@ class ClosedLoop:
         return {str(k): v for k, v in sorted(self.status.items())}
 
 
-async def closed_loop(client: httpx.AsyncClient, path: str, bodies: list[bytes], concurrency: int, ok_status: int,
-                      answered: Callable[[float, httpx.Response], None]) -> ClosedLoop:
+async def closed_loop(client: LoadClient, path: str, bodies: list[bytes], concurrency: int, ok_status: int,
+                      answered: Callable[[float, Answer], None]) -> ClosedLoop:
     """POST the bodies with `concurrency` workers, each sending its next body when the last is
-    answered, for at most PHASE_CAP_S; `answered(latency_ms, response)` for each ok_status answer."""
+    answered, for at most PHASE_CAP_S; `answered(latency_ms, answer)` for each ok_status answer."""
     errors, status = Errors(), Counter()
     cursor = 0
     deadline = time.perf_counter() + PHASE_CAP_S
@@ -91,8 +91,8 @@ async def closed_loop(client: httpx.AsyncClient, path: str, bodies: list[bytes],
             cursor += 1
             t = time.perf_counter()
             try:
-                r = await client.post(path, content=body, headers=JSON_HEADERS)
-            except httpx.HTTPError as exc:
+                r = await client.post(path, body)
+            except LoadError as exc:
                 errors.add(type(exc).__name__, str(exc))
                 continue
             elapsed = (time.perf_counter() - t) * 1000
@@ -107,10 +107,9 @@ async def closed_loop(client: httpx.AsyncClient, path: str, bodies: list[bytes],
     return ClosedLoop(cursor, time.perf_counter() - t0, cpu_seconds() - cpu0, errors, status)
 
 
-async def warm_up(client: httpx.AsyncClient, path: str, bodies: list[bytes]) -> None:
+async def warm_up(client: LoadClient, path: str, bodies: list[bytes]) -> None:
     """Opens the keep-alive connections before the timed loop; the answers do not count."""
-    await asyncio.gather(*(client.post(path, content=b, headers=JSON_HEADERS) for b in bodies),
-                         return_exceptions=True)
+    await asyncio.gather(*(client.post(path, b) for b in bodies), return_exceptions=True)
 
 
 async def wait_resolved(client: httpx.AsyncClient, receipt_ids: list[str], cap_s: float,

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from contentsvc.bench.ingest_requests import (DRAIN_CAP_S, PHASE_CAP_S, Texts, closed_loop, decode, encode,
                                               ingest_command, wait_resolved, warm_up)
+from contentsvc.bench.http_load import Answer, LoadClient
 from contentsvc.bench.service import Target, api_client
 from contentsvc.bench.stats import latency_summary
 
@@ -16,19 +15,21 @@ SINGLE_CONCURRENCY = 16
 
 
 async def bench_single(target: Target, texts: Texts, corpus_id: str, run_id: str, n: int) -> dict[str, Any]:
+    load = LoadClient(target.base_url, target.api_key, SINGLE_CONCURRENCY)
     async with api_client(target, SINGLE_CONCURRENCY) as client:
-        await warm_up(client, "/v0/records", [encode(ingest_command(corpus_id, f"{run_id}-w{i}", texts.take()))
-                                              for i in range(SINGLE_CONCURRENCY * 2)])
+        await warm_up(load, "/v0/records", [encode(ingest_command(corpus_id, f"{run_id}-w{i}", texts.take()))
+                                            for i in range(SINGLE_CONCURRENCY * 2)])
 
         bodies = [encode(ingest_command(corpus_id, f"{run_id}-s{i}", texts.take())) for i in range(n)]
         latencies: list[float] = []
         receipts: list[str] = []
 
-        def accepted(elapsed: float, r: httpx.Response) -> None:
+        def accepted(elapsed: float, r: Answer) -> None:
             latencies.append(elapsed)
             receipts.append(decode(r.content)["receipt_id"])
 
-        loop = await closed_loop(client, "/v0/records", bodies, SINGLE_CONCURRENCY, 202, accepted)
+        loop = await closed_loop(load, "/v0/records", bodies, SINGLE_CONCURRENCY, 202, accepted)
+        await load.aclose()
         drain = await wait_resolved(client, receipts[-SINGLE_CONCURRENCY * 2:], DRAIN_CAP_S, target.database_url)
 
     return {

@@ -18,6 +18,7 @@ connect_timeout and carries no statement timeout (a fold may be long).
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import time
 from collections import deque
@@ -158,6 +159,11 @@ async def run(
                 if not started:
                     log.info("projector_started", projector=projector.name)
                     started = True
+                    # As the API does (api/app.py): what start-up made lives as long as the process,
+                    # and a full collection walking it would pause this fold, perhaps with the
+                    # journal lock held, for tens of milliseconds.
+                    gc.collect()
+                    gc.freeze()
                 if outage.back():
                     delay = retry_first_seconds
                 pace = Pace()

@@ -4,9 +4,11 @@
 -- contentsvc_plans (kinds may now be served otherwise: every entry is dropped). Triggers, so that
 -- every path is covered. The worker's own columns (checkpoint, schedule clock, usage counters)
 -- are not among those announced: a push does not read them, and they change at every run.
-CREATE FUNCTION connectors_push_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+
+-- pg_notify(channel TG_ARGV[0], the changed row's column TG_ARGV[1]).
+CREATE FUNCTION announce_row_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('contentsvc_connectors', OLD.connector_id);
+    PERFORM pg_notify(TG_ARGV[0], to_jsonb(CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END) ->> TG_ARGV[1]);
     RETURN NULL;
 END;
 $$;
@@ -15,14 +17,7 @@ CREATE TRIGGER connectors_push_changed
     AFTER UPDATE OF org_id, corpus_id, source_namespace, kind, plugin_id, config, push_policy, enabled, revision,
                     health, credential, credential_version
        OR DELETE ON connectors
-    FOR EACH ROW EXECUTE FUNCTION connectors_push_changed();
-
-CREATE FUNCTION plugin_plan_committed() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('contentsvc_plans', NEW.plan_id);
-    RETURN NULL;
-END;
-$$;
+    FOR EACH ROW EXECUTE FUNCTION announce_row_change('contentsvc_connectors', 'connector_id');
 
 CREATE TRIGGER plugin_plan_committed AFTER INSERT ON plugin_plans
-    FOR EACH ROW EXECUTE FUNCTION plugin_plan_committed();
+    FOR EACH ROW EXECUTE FUNCTION announce_row_change('contentsvc_plans', 'plan_id');

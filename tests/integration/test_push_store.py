@@ -104,3 +104,27 @@ def test_concurrent_attempts_on_a_connector_share_one_audit_commit(databases):
         assert (counters["received"], counters["refused"], counters["replayed"]) == (33, 5, 3)
         assert events == 38 and transactions < 38
     run(scenario())
+
+
+def test_what_a_push_reads_is_announced_when_it_changes_and_the_worker_columns_are_not(databases):
+    # schema/026: the API's cache of pushed-to Connectors is dropped by these announcements
+    # (storage/notified_cache.py); the worker's checkpoint and counters change at every run unheard.
+    url = databases.create()
+    with psycopg.connect(url, autocommit=True) as listener, psycopg.connect(url, autocommit=True) as conn:
+        listener.execute("LISTEN contentsvc_connectors")
+        listener.execute("LISTEN contentsvc_plans")
+        conn.execute(
+            "INSERT INTO connectors (connector_id, org_id, corpus_id, source_namespace, kind, config, interval_seconds,"
+            " health_policy, push_policy, created_at, health) VALUES ('con_a', 'org', 'cor', 'ns', 'fixture', '{}',"
+            " 60, '{}', '{}', now(), '{}')")
+        conn.execute("UPDATE connectors SET checkpoint = '{\"offset\": 3}', items_read_today = 3,"
+                     " next_run_at = now() WHERE connector_id = 'con_a'")
+        conn.execute("UPDATE connectors SET push_policy = '{\"allowed_cidrs\": [\"10.0.0.0/8\"]}'"
+                     " WHERE connector_id = 'con_a'")
+        conn.execute("UPDATE connectors SET enabled = false WHERE connector_id = 'con_a'")
+        conn.execute("INSERT INTO plugin_plans (plan_id, source, roles, created_at, activated_at)"
+                     " VALUES ('plan_x', 'api', '[]', now(), now())")
+        conn.execute("DELETE FROM connectors WHERE connector_id = 'con_a'")
+        heard = [(n.channel, n.payload) for n in listener.notifies(timeout=1.0)]
+    assert heard == [("contentsvc_connectors", "con_a"), ("contentsvc_connectors", "con_a"),
+                     ("contentsvc_plans", "plan_x"), ("contentsvc_connectors", "con_a")]

@@ -18,7 +18,6 @@ connect_timeout and carries no statement timeout (a fold may be long).
 from __future__ import annotations
 
 import asyncio
-import gc
 import hashlib
 import time
 from collections import deque
@@ -31,6 +30,7 @@ from psycopg import AsyncConnection
 from contentsvc.config.settings import DatabaseSettings
 from contentsvc.journal.store import NOTIFY_CHANNEL
 from contentsvc.logging import get_logger
+from contentsvc.storage.heap import freeze_start_up_heap
 from contentsvc.projectors.base import Projector
 from contentsvc.storage.availability import OutageLog, connection_options, unreachable
 
@@ -159,11 +159,7 @@ async def run(
                 if not started:
                     log.info("projector_started", projector=projector.name)
                     started = True
-                    # As the API does (api/app.py): what start-up made lives as long as the process,
-                    # and a full collection walking it would pause this fold, perhaps with the
-                    # journal lock held, for tens of milliseconds.
-                    gc.collect()
-                    gc.freeze()
+                    freeze_start_up_heap()
                 if outage.back():
                     delay = retry_first_seconds
                 pace = Pace()

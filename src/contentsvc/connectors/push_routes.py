@@ -99,10 +99,6 @@ PLANS_CHANNEL = "contentsvc_plans"
 PushInstances = NotifiedCache[str, tuple[dict[str, Any], ServedKind]]
 
 
-def push_instances() -> PushInstances:
-    return NotifiedCache(max_entries=10_000)
-
-
 async def _instance(svc: Services, connector_id: str) -> tuple[dict[str, Any], ServedKind]:
     """The Connector and its kind, when it exists and its kind declares push; else 404. The row is
     shared with other requests: read, never changed."""

@@ -137,9 +137,14 @@ async def _made_current(conn: AsyncConnection, accepted: list[JournalEvent]) -> 
 async def retirable(conn: AsyncConnection, limit: int) -> list[tuple[str, str]]:
     """(record_id, current version_id) of Records whose older Versions may leave the index:
     the read model shows the current one (searches now hydrate it), or the Record withdrawn."""
+    # Few rows wait to retire, in a table of every Record: the lateral subquery (LIMIT 1 keeps the
+    # planner from flattening it) looks each one up by key. As a plain join, stale statistics made
+    # it a merge join over all of `records`, whose cost grew with the corpus on every step.
     cur = await conn.execute(
-        "SELECT c.record_id, c.version_id FROM lexical_currentness c JOIN records r ON r.record_id = c.record_id"
-        " WHERE NOT c.retired AND (r.current_version_id = c.version_id OR r.withdrawn) LIMIT %s", (limit,))
+        "SELECT c.record_id, c.version_id FROM lexical_currentness c CROSS JOIN LATERAL"
+        " (SELECT 1 FROM records r WHERE r.record_id = c.record_id"
+        "  AND (r.current_version_id = c.version_id OR r.withdrawn) LIMIT 1) AS shown"
+        " WHERE NOT c.retired LIMIT %s", (limit,))
     return [(r[0], r[1]) for r in await cur.fetchall()]
 
 

@@ -164,6 +164,18 @@ def test_correction_is_not_current_until_searchable_and_old_text_serves_meanwhil
     assert [r for r in rows if r[2]] == [(old["version_id"], "retrieval_ready", True, True),
                                          (new["version_id"], "retrieval_ready", True, True)], rows
 
+    # The replaced Version then leaves the index: the lexical fold finds the Record among those
+    # to retire once the read model shows its new Version current, and marks it retired.
+    deadline = time.time() + 20
+    while True:
+        with psycopg.connect(database_url) as conn:
+            retired = conn.execute("SELECT version_id, retired FROM lexical_currentness WHERE record_id = %s",
+                                   (old["record_id"],)).fetchone()
+        if retired == (new["version_id"], True):
+            break
+        assert time.time() < deadline, retired
+        time.sleep(0.05)
+
 
 def test_quarantined_correction_leaves_the_previous_version_current(api):
     corpus = create_corpus(api, _cid())

@@ -9,6 +9,7 @@ import base64
 import os
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -393,6 +394,47 @@ def test_declared_routes_answer_each_declared_method(deployment):
     # rule 11: every attempt is audited, whatever its method.
     counters = c.get(f"/v0/connectors/{cid}").json()["push_counters"]
     assert (counters["received"], counters["refused"]) == (4, 1)
+
+
+def test_each_push_is_audited_once_with_its_items_or_alone(deployment):
+    # part 2 "Declared push route" rule 11: every attempt's audit event and counters are committed
+    # before its answer leaves; rule 7: a refused item is 422 item_rejected. Pushes whose items are
+    # all newly accepted are audited in their items' transaction; the first push (push health not
+    # yet active), a replayed item and a refusal are audited on their own: each exactly once.
+    owner = org()
+    c = client(deployment, owner)
+    cid = fixture_push(c, create_corpus(c), "audited", push_policy={"rate_per_second": 100, "burst": 100})["connector_id"]
+    pusher = client(deployment, owner, actions="connector:push")
+    api = f"/v0/connectors/{cid}/api/ingest_key"
+
+    def counters() -> tuple[int, int]:
+        seen = c.get(f"/v0/connectors/{cid}").json()["push_counters"]
+        return seen["received"], seen["refused"]
+
+    assert pusher.post(api, json=items("first")).status_code == 202
+    assert counters() == (1, 0)
+    with ThreadPoolExecutor(8) as threads:
+        answers = list(threads.map(lambda n: pusher.post(api, json=items(f"c{n}", f"d{n}")), range(24)))
+    assert [a.status_code for a in answers] == [202] * 24, [a.text for a in answers if a.status_code != 202]
+    assert counters() == (25, 0)  # read at once: each answer left after its audit committed
+
+    again = pusher.post(api, json=items("c0", "new"))
+    assert again.status_code == 202
+    assert again.json()["receipts"][0]["receipt_id"] == answers[0].json()["receipts"][0]["receipt_id"]
+    refused = pusher.post(api, json={"items": [{"record_key": "fine", "revision": "1", "text": "fine"},
+                                               {"record_key": 7, "revision": "1", "text": "a number for a key"}]})
+    assert_error(refused, 422, "item_rejected")
+    assert counters() == (26, 1)
+    with psycopg.connect(deployment[0].database_url) as conn:
+        kinds = conn.execute("SELECT kind, count(*) FROM journal WHERE subject_id = %s AND kind LIKE"
+                             " 'connector.push.%%' GROUP BY kind ORDER BY kind", (cid,)).fetchall()
+        # The 24 concurrent pushes were audited in the transactions that accepted their items.
+        with_items = conn.execute(
+            "SELECT count(*) FROM journal p WHERE p.subject_id = %s AND p.kind = 'connector.push.received'"
+            " AND EXISTS (SELECT 1 FROM journal i WHERE i.xmin = p.xmin AND i.kind NOT LIKE 'connector.%%')",
+            (cid,)).fetchone()[0]
+    assert kinds == [("connector.push.received", 26), ("connector.push.refused", 1)]
+    assert with_items == 24
 
 
 def msgspec_bytes(value) -> bytes:

@@ -69,7 +69,7 @@ SLICE_PARTS = {"routes": "api", "commands": "commands", "workers": "projectors",
                # accepts each page's items through the ingest command path, so it sits above the commands.
                "kinds": "search", "credentials": "readmodel", "health": "domain", "pages": "domain",
                "worker": "processes", "instance_tokens": "commands", "push_guards": "domain",
-               "push_store": "readmodel", "push_routes": "api",
+               "push_store": "readmodel", "push_ingests": "commands", "push_routes": "api",
                # the worker's attachment uploads run the upload commands: above them, beside the routes
                "attachments": "api"}
 

@@ -29,6 +29,7 @@ from contentsvc.storage.heap import freeze_start_up_heap
 from contentsvc.auth.cache import PrincipalCache
 from contentsvc.auth.keys import KEYS_CHANNEL
 from contentsvc.commands.group_commit import SingleCommandGroups
+from contentsvc.connectors.push_ingests import PushIngests
 from contentsvc.connectors.push_store import PushAudit
 from contentsvc.readmodel.changes import FEED_PROJECTOR, FeedTicker
 from contentsvc.storage.notified_cache import NotifiedCache
@@ -200,7 +201,8 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
         instances: connector_push_routes.PushInstances = NotifiedCache(max_entries=10_000)
         app.state.services = Services(settings, pool, CursorCodec(secret), feed_moved,
                                       LexicalSearcher(settings.home, lexical_moved), VectorSearcher(settings.home),
-                                      public_base_url, keys, SingleCommandGroups(pool), PushAudit(pool), instances)
+                                      public_base_url, keys, SingleCommandGroups(pool), PushIngests(pool),
+                                      PushAudit(pool), instances)
         tasks = [asyncio.create_task(_listen(database_url, settings, feed_moved, lexical_moved, keys, instances)),
                  asyncio.create_task(watch.run())]
         freeze_start_up_heap()

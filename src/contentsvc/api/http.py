@@ -12,6 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 from contentsvc.auth.cache import PrincipalCache
 from contentsvc.auth.principal import INVALID_KEY, Principal, bearer_secret, load_principal_by_hash
 from contentsvc.commands.group_commit import SingleCommandGroups
+from contentsvc.connectors.push_ingests import PushIngests
 from contentsvc.connectors.push_store import PushAudit
 from contentsvc.readmodel.changes import FeedTicker
 from contentsvc.storage.notified_cache import NotifiedCache
@@ -36,6 +37,7 @@ class Services:
     public_base_url: str  # where clients reach this API: the base of the URLs it hands out
     keys: PrincipalCache  # cleared by the listening connection whenever a key changes
     single_commands: SingleCommandGroups  # concurrent single ingests of a key share a commit
+    push_ingests: PushIngests  # concurrent pushes' items to a Connector share a commit, with their audit
     push_audit: PushAudit  # concurrent push attempts on a Connector share their audit's commit
     push_instances: NotifiedCache  # pushed-to Connectors and their kinds, dropped when announced changed
 

@@ -137,8 +137,10 @@ def item_command(connector: dict[str, Any], producer: str, producer_version: str
     """An item as the ingest (or withdrawal) command a client would send, its attachments'
     `blob_parts` after its own Parts (a text item's text becomes Part `body`); raises
     msgspec.ValidationError when its content is not TextContent or ManifestContent without Blobs."""
-    source = SourceIdentity(corpus_id=connector["corpus_id"], namespace=connector["source_namespace"],
-                            record_key=item["record_key"])
+    # Converted, not constructed: a record_key that is not a string of the allowed length is refused
+    # here (msgspec.ValidationError), as the same field of a client's ingest is.
+    source = msgspec.convert({"corpus_id": connector["corpus_id"], "namespace": connector["source_namespace"],
+                              "record_key": item["record_key"]}, SourceIdentity)
     key = item_key(connector["connector_id"], item)
     if item.get("withdraw") is True:
         return WithdrawalCommand(idempotency_key=key + ":withdraw", source=source)

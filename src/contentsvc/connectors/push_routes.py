@@ -27,13 +27,13 @@ from psycopg.types.json import Jsonb
 from contentsvc.api.http import Services, cached_principal, read_body, services
 from contentsvc.api.routes import Call, Stream, operation
 from contentsvc.auth.principal import bearer_secret
-from contentsvc.commands.group_commit import SingleCommandGroups
 from contentsvc.commands.records import Accepted
 from contentsvc.connectors import instance_tokens, push_store, views
 from contentsvc.connectors.commands import accept_items, connector_principal, family_of, item_commands
 from contentsvc.connectors.credentials import open_credential
 from contentsvc.connectors.kinds import ServedKind, served_kinds
 from contentsvc.connectors.pages import fixture_item
+from contentsvc.connectors.push_ingests import PushedItems, PushIngests
 from contentsvc.connectors.push_guards import (
     MAX_BODY_BYTES,
     RateLimits,
@@ -76,6 +76,12 @@ class Attempt:
     method: str
     client_ip: str
     counter: str | None = None
+    recorded: bool = False  # its audit committed with its items (connectors/push_ingests.py)
+
+    def audit_entry(self, status: int, code: str | None) -> push_store.Attempt:
+        row = self.connector
+        return push_store.Attempt(row["connector_id"], row["org_id"], row["corpus_id"], self.route, self.method,
+                                  status, code, self.client_ip, self.counter)
 
 
 class PluginVerdict(Exception):
@@ -212,19 +218,23 @@ def _fixture_receive(row: dict[str, Any], credential: dict | None, route_name: s
                              for n, i in enumerate(items)]
 
 
-async def _ingest(pool, groups: SingleCommandGroups, served: ServedKind, row: dict[str, Any],
-                  items: list[dict]) -> list[dict]:
+async def _ingest(pool, ingests: PushIngests, served: ServedKind, row: dict[str, Any], items: list[dict],
+                  attempt: Attempt | None) -> list[dict]:
     """The items through the ingestion path; their Receipts in item order (rule 7: a refused item is
     422 item_rejected, while the others may already be accepted). Items of one family go through
-    the single-ingest group commit, so concurrent pushes to a Connector share a transaction; a
-    push mixing ingests and withdrawals keeps its order in one transaction of its own."""
+    the push group commit, so concurrent pushes to a Connector share a transaction, which also
+    records `attempt` as received (202) when every item is accepted; a push mixing ingests and
+    withdrawals keeps its order in one transaction of its own."""
     principal = connector_principal(row)
     commands = item_commands(served, row, items)
     families = {family_of(c) for c in commands if not isinstance(c, ApiError)}
     if len(families) <= 1:
-        family = families.pop() if families else "ingest"
-        results = await asyncio.gather(*(_refused(c) if isinstance(c, ApiError) else groups.accept(principal, c, family)
-                                         for c in commands))
+        received = attempt.audit_entry(202, None) if attempt is not None else None
+        delivered = await ingests.accept(principal, families.pop() if families else "ingest",
+                                         PushedItems(commands, received))
+        results = delivered.results
+        if delivered.audited:
+            attempt.recorded = True
     else:
         async with pool.connection() as conn, journal_transaction(conn):
             results = await accept_items(conn, served, row, items)
@@ -236,13 +246,13 @@ async def _ingest(pool, groups: SingleCommandGroups, served: ServedKind, row: di
     return [msgspec.to_builtins(receipts[r.receipt_id]) for r, _ in answered]
 
 
-async def _refused(refusal: ApiError) -> ApiError:
-    return refusal
+def _push_active(row: dict[str, Any]) -> bool:
+    return ((row["health"] or {}).get("push") or {}).get("state") == "active"
 
 
 async def _mark_push_active(pool, row: dict[str, Any]) -> None:
     """health.push becomes `active` at the first accepted push (written once, not at every push)."""
-    if ((row["health"] or {}).get("push") or {}).get("state") == "active":
+    if _push_active(row):
         return
     moved = {"state": "active", "last_delivery_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     async with pool.connection() as conn, conn.transaction():  # only health.push: the worker may write the rest
@@ -267,8 +277,8 @@ async def _audited(audit: push_store.PushAudit, attempt: Attempt, work) -> Respo
 
 async def _record(audit: push_store.PushAudit, attempt: Attempt, status: int, code: str | None) -> None:
     row = attempt.connector
-    await audit.record(push_store.Attempt(row["connector_id"], row["org_id"], row["corpus_id"], attempt.route,
-                                          attempt.method, status, code, attempt.client_ip, attempt.counter))
+    if not attempt.recorded:
+        await audit.record(attempt.audit_entry(status, code))
     log.info("connector_push", connector_id=row["connector_id"], route=attempt.route, status=status, code=code,
              client_ip=attempt.client_ip)
 
@@ -319,7 +329,10 @@ async def _push(call: Call[None, None], connector_id: str, path: str) -> Respons
             _take_token(attempt, row)
             if route.auth == "signature":
                 await _reserve_signature(pool, connector_id, request, route, key)
-            _, receipts = await _bounded(_deliver(pool, settings, served, row, route, request, raw))
+            # Nothing is written after the items of a push without a key to keep its answer under,
+            # once push health is `active`: its audit can commit with them.
+            within = None if replayable or not _push_active(row) else attempt
+            _, receipts = await _bounded(_deliver(pool, settings, served, row, route, request, raw, within))
         except BaseException as exc:
             if replayable:
                 await _complete_key(pool, connector_id, key, _kept(exc))
@@ -402,14 +415,15 @@ async def _bounded(coroutine):
 
 
 async def _deliver(pool, settings, served: ServedKind, row: dict[str, Any], route: PushRoute | None,
-                   request: Request, raw: bytes) -> tuple[dict[str, Any], list[dict]]:
-    """The plugin's answer to the request (`route` None: the relay) and the Receipts of its items."""
+                   request: Request, raw: bytes, attempt: Attempt | None = None) -> tuple[dict[str, Any], list[dict]]:
+    """The plugin's answer to the request (`route` None: the relay) and the Receipts of its items
+    (`attempt`: recorded as received with them when they are all accepted)."""
     try:
         answer, items = await _receive(settings, served, row, RELAY if route is None else route.name, request, raw,
                                        route, STAGE_SECONDS)
     except sealed.Unreadable:
         raise _plugin_unavailable() from None
-    receipts = await _ingest(pool, services(request).single_commands, served, row, items)
+    receipts = await _ingest(pool, services(request).push_ingests, served, row, items, attempt)
     await _mark_push_active(pool, row)
     return answer, receipts
 

@@ -121,9 +121,9 @@ class Attempt:
     counter: str | None = None
 
 
-async def record_attempts(conn: AsyncConnection, attempts: list[Attempt]) -> list[None]:
-    """The audit events of one Connector's attempts and its counters, in one transaction (503
-    audit_unavailable when it fails)."""
+async def write_attempts(conn: AsyncConnection, attempts: list[Attempt]) -> None:
+    """The audit events of one Connector's attempts and its counters, inside the caller's journal
+    transaction (the last writes before its commit)."""
     connector_id = attempts[0].connector_id
     received = sum(1 for a in attempts if 200 <= a.status < 300)
     moved = {"received": received, "refused": len(attempts) - received,
@@ -132,29 +132,34 @@ async def record_attempts(conn: AsyncConnection, attempts: list[Attempt]) -> lis
     # Stamped by this process's clock, as a Receipt's accepted_at is, and the counters written in one
     # upsert: nothing in the transaction waits for an answer, so it goes out in one flush.
     now = datetime.now(UTC)
+    events = []
+    for a in attempts:
+        payload_type = ConnectorPushReceived if 200 <= a.status < 300 else ConnectorPushRefused
+        payload = payload_type(connector_id=a.connector_id, route=a.route, method=a.method, status=a.status,
+                               client_ip=a.client_ip, at=iso(now))
+        if a.code is not None:
+            payload.code = a.code
+        events.append(NewEvent(org_id=a.org_id, corpus_id=a.corpus_id, subject_type=CONNECTOR_SUBJECT,
+                               subject_id=a.connector_id, payload=payload))
+    await conn.execute(
+        "INSERT INTO connector_push_counters AS c (connector_id, received, refused, replayed, rate_limited,"
+        "                                          last_received_at, last_refused_at)"
+        " VALUES (%(connector_id)s, %(received)s, %(refused)s, %(replayed)s, %(rate_limited)s,"
+        "         CASE WHEN %(received)s > 0 THEN %(now)s END, CASE WHEN %(refused)s > 0 THEN %(now)s END)"
+        " ON CONFLICT (connector_id) DO UPDATE SET received = c.received + excluded.received,"
+        " refused = c.refused + excluded.refused, replayed = c.replayed + excluded.replayed,"
+        " rate_limited = c.rate_limited + excluded.rate_limited,"
+        " last_received_at = coalesce(excluded.last_received_at, c.last_received_at),"
+        " last_refused_at = coalesce(excluded.last_refused_at, c.last_refused_at)",
+        {**moved, "now": now, "connector_id": connector_id})
+    await append(conn, events)
+
+
+async def record_attempts(conn: AsyncConnection, attempts: list[Attempt]) -> list[None]:
+    """write_attempts in a transaction of their own (503 audit_unavailable when it fails)."""
     try:
         async with journal_transaction(conn):
-            events = []
-            for a in attempts:
-                payload_type = ConnectorPushReceived if 200 <= a.status < 300 else ConnectorPushRefused
-                payload = payload_type(connector_id=a.connector_id, route=a.route, method=a.method, status=a.status,
-                                       client_ip=a.client_ip, at=iso(now))
-                if a.code is not None:
-                    payload.code = a.code
-                events.append(NewEvent(org_id=a.org_id, corpus_id=a.corpus_id, subject_type=CONNECTOR_SUBJECT,
-                                       subject_id=a.connector_id, payload=payload))
-            await conn.execute(
-                "INSERT INTO connector_push_counters AS c (connector_id, received, refused, replayed, rate_limited,"
-                "                                          last_received_at, last_refused_at)"
-                " VALUES (%(connector_id)s, %(received)s, %(refused)s, %(replayed)s, %(rate_limited)s,"
-                "         CASE WHEN %(received)s > 0 THEN %(now)s END, CASE WHEN %(refused)s > 0 THEN %(now)s END)"
-                " ON CONFLICT (connector_id) DO UPDATE SET received = c.received + excluded.received,"
-                " refused = c.refused + excluded.refused, replayed = c.replayed + excluded.replayed,"
-                " rate_limited = c.rate_limited + excluded.rate_limited,"
-                " last_received_at = coalesce(excluded.last_received_at, c.last_received_at),"
-                " last_refused_at = coalesce(excluded.last_refused_at, c.last_refused_at)",
-                {**moved, "now": now, "connector_id": connector_id})
-            await append(conn, events)
+            await write_attempts(conn, attempts)
     except psycopg.Error as exc:
         raise audit_unavailable() from exc
     return [None] * len(attempts)

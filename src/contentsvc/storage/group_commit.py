@@ -6,8 +6,8 @@ transaction takes all of them (at most MAX_GROUP). A lone request goes at once. 
 still gets its own answer; a failure of the shared transaction (a database error) is every
 request's answer, as it would have been each one's alone.
 
-Used by single ingests (commands/group_commit.py) and the push routes' audit
-(connectors/push_store.py).
+Used by single ingests (commands/group_commit.py), pushed items with their audit
+(connectors/push_ingests.py) and the push routes' other audits (connectors/push_store.py).
 """
 
 from __future__ import annotations

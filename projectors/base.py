@@ -55,6 +55,11 @@ class Projector(ABC):
     # every append. A worker that acts on a few families, and polls for the rest of its work,
     # listens to their channels alone (schema/025) and is not woken by each ingest.
     wakes_on: ClassVar[tuple[str, ...] | None] = None
+    # Whether its commits are announced on PROGRESS_CHANNEL: the API listens for the read model's
+    # (change streams) and the lexical index's (searchers reload), and for no other fold's. A
+    # NOTIFY holds PostgreSQL's notify-queue lock through its transaction's commit, so every
+    # announcing commit waits for the others: folds nobody listens to stay silent.
+    announces_progress: ClassVar[bool] = False
     # How long commits gather after a wake-up before the next step when they arrive quickly
     # (runner.Pace; None: the runner's 50 ms). Longer for a fold whose every step has a high
     # fixed cost, such as an index commit.
@@ -129,7 +134,8 @@ class TableFold(Projector):
                 return True  # a replay committed meanwhile: read again from its checkpoint
             await self.apply(conn, events)
             await checkpoints.advance(conn, self.name, events[-1].position)
-            await checkpoints.announce(conn, self.name)
+            if self.announces_progress:
+                await checkpoints.announce(conn, self.name)
         return len(events) == self.batch_size
 
 
@@ -168,7 +174,8 @@ class ExternalFold(Projector):
         async with self.publishing(conn):
             yield
             await checkpoints.advance(conn, self.checkpoint_name, through)
-            await checkpoints.announce(conn, self.name)
+            if self.announces_progress:
+                await checkpoints.announce(conn, self.name)
         self.position = through
 
     async def step(self, conn: AsyncConnection) -> bool:

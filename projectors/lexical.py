@@ -94,6 +94,7 @@ def _add(writer: LexicalWriter, live: projections.Live, e: JournalEvent) -> None
 
 class LexicalProjector(GenerationFold):
     name = KIND
+    announces_progress = True  # the API's searchers reload on it
     PURGE_EVERY_SECONDS = 1.0
     # Each step commits the Tantivy index (a new segment, fsynced): under a stream of single
     # ingests, 200 ms of gathering (Elasticsearch refreshes every second) cuts that work several-fold.

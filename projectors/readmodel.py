@@ -12,6 +12,7 @@ from contentsvc.readmodel.fold import fold
 
 class ReadModelProjector(TableFold):
     name = "readmodel"
+    announces_progress = True  # change streams wake on it (readmodel/changes.FEED_PROJECTOR)
 
     async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
         await fold(conn, events)

@@ -255,9 +255,12 @@ async def _mark_push_active(pool, row: dict[str, Any]) -> None:
     if _push_active(row):
         return
     moved = {"state": "active", "last_delivery_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    # Concurrent first pushes all see the cached row inactive: the first UPDATE writes, the others
+    # find it active and change nothing (no announcement, so the cached row is dropped once).
     async with pool.connection() as conn, conn.transaction():  # only health.push: the worker may write the rest
         await conn.execute("UPDATE connectors SET health = jsonb_set(health, '{push}',"
-                           " (coalesce(health->'push', '{}'::jsonb) - 'error') || %s) WHERE connector_id = %s",
+                           " (coalesce(health->'push', '{}'::jsonb) - 'error') || %s) WHERE connector_id = %s"
+                           " AND health->'push'->>'state' IS DISTINCT FROM 'active'",
                            (Jsonb(moved), row["connector_id"]))
 
 

@@ -7,9 +7,10 @@
   an answer worth keeping (a transient 503) frees its key for a retry;
 - fingerprints of signature routes (the signature, and the Idempotency-Key when given), reserved
   for the route's window before the plugin call: a duplicate is 409 `push_replayed`;
-- the audit: `connector.push.received` or `.refused` and the Connector's push counters, in one
-  transaction committed before the answer leaves (concurrent attempts on one Connector share
-  it); if it cannot be written, 503 `audit_unavailable`.
+- the audit: `connector.push.received` or `.refused` and the Connector's push counters, committed
+  before the answer leaves: in the transaction that accepts a push's items when they are all
+  newly accepted (connectors/push_ingests.py), else in one of their own (concurrent attempts on
+  one Connector share it); if that cannot be written, 503 `audit_unavailable`.
 
 Expired rows are ignored on read; the connectors worker calls `sweep` once a minute.
 """

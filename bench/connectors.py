@@ -65,7 +65,14 @@ from contentsvc.bench.driver import (
 )
 from contentsvc.bench.http_load import LoadClient, LoadError
 from contentsvc.bench.monitoring_workload import load_documents, text_of
-from contentsvc.bench.service import JSON_HEADERS, OwnService, api_client, create_corpus, scan_server_log
+from contentsvc.bench.service import (
+    JSON_HEADERS,
+    OwnService,
+    api_client,
+    create_corpus,
+    folds_caught_up,
+    scan_server_log,
+)
 from contentsvc.bench.stats import Errors, cpu_seconds, latency_summary
 
 RESULT_PATH = RESULTS_DIR / "connectors.json"
@@ -142,24 +149,6 @@ async def wait_resolved(conn: psycopg.AsyncConnection, corpus_id: str, expected:
         if time.perf_counter() > deadline:
             raise BenchError(f"{corpus_id}: {count} of {expected} Receipts resolved after {cap_s} s")
         await asyncio.sleep(0.25)
-
-
-async def settle(conn: psycopg.AsyncConnection, cap_s: float) -> None:
-    """Until every fold (the serving index generations' included) has caught up with the journal
-    as it is now: each phase then starts on a quiet service instead of paying for the indexing
-    the one before left behind its last Receipt."""
-    head = (await (await conn.execute("SELECT coalesce(max(position), 0) FROM journal")).fetchone())[0]
-    deadline = time.perf_counter() + cap_s
-    while True:
-        cur = await conn.execute(
-            "SELECT count(*) FROM projector_checkpoints c WHERE c.position < %s AND (c.name NOT LIKE '%%:%%'"
-            " OR EXISTS (SELECT 1 FROM search_generations g WHERE g.state = 'serving'"
-            "            AND c.name = g.kind || ':' || g.generation_id))", (head,))
-        if (await cur.fetchone())[0] == 0:
-            return
-        if time.perf_counter() > deadline:
-            raise BenchError(f"the folds had not caught up with journal position {head} after {cap_s} s")
-        await asyncio.sleep(0.1)
 
 
 async def batch_ingest(client, conn, corpus_id: str, docs: list[dict[str, str]], cap_s: float) -> dict[str, Any]:
@@ -271,10 +260,10 @@ async def run_bench(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
             say(f"plain batch ingest of {len(docs)} items ...")
             batch = await batch_ingest(client, conn, corpora["batch"], docs, args.cap)
             say(f"batch: {fmt(batch['items_per_s'])} items/s; pull from {args.feeds} feeds ...")
-            await settle(conn, args.cap)
+            await folds_caught_up(conn, args.cap)
             pulled = await pull(client, conn, corpora["pull"], base_url, args.feeds, len(docs), args.cap)
             say(f"pull: {fmt(pulled['items_per_s'])} items/s; {args.pushes} pushes at {args.concurrency} ...")
-            await settle(conn, args.cap)
+            await folds_caught_up(conn, args.cap)
             load = LoadClient(target.base_url, target.api_key, args.concurrency)
             try:
                 pushed = await push(client, load, corpora["push"], args.pushes, args.concurrency)

@@ -4,8 +4,9 @@ Ingests the SciFact corpus through the HTTP API into a service it starts,
 then scores the 300 test queries (only the query ids present in
 qrels/test.tsv, as SOURCE.md says) in lexical, semantic and hybrid mode
 through HTTP, next to a plain PostgreSQL full-text baseline (tsvector,
-GIN, ts_rank_cd) on the same documents and queries. Writes
-bench/results/search.json.
+GIN, ts_rank_cd) on the same documents and queries. Then, on a quiet
+service, a lexical replay next to its ceiling measured in the same run
+(Tantivy alone indexing the same texts). Writes bench/results/search.json.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import argparse
 import asyncio
 import json
 import math
+import os
+import shutil
 import sys
 import tempfile
 import time
@@ -21,9 +24,10 @@ from pathlib import Path
 
 import httpx
 import psycopg
+import tantivy
 
 from contentsvc.bench.driver import DATASETS, RESULTS_DIR, BenchError, Run, closing_lines, meets, write_results
-from contentsvc.bench.service import OwnService, api_client, create_corpus
+from contentsvc.bench.service import OwnService, api_client, create_corpus, folds_caught_up
 from contentsvc.bench.stats import latency_summary
 
 DATASET = DATASETS / "scifact"
@@ -205,17 +209,53 @@ async def freshness(client, seconds: float, rate: float) -> dict:
             **{k: v for k, v in latency_summary(samples).items() if k != "mean_ms"}}
 
 
-async def replay_rate(database_url: str, home: str) -> dict:
-    """`projector replay lexical` in this process: fold from position 0 and cut over, timed."""
+def current_texts(conn: psycopg.Connection) -> list[str]:
+    """The text of every current Version (its text Parts, title first), as the replay indexes it."""
+    rows = conn.execute("SELECT v.manifest FROM versions v JOIN records r ON r.current_version_id = v.version_id"
+                        " WHERE NOT r.withdrawn").fetchall()
+    return ["\n".join(p["content"]["text"] for p in manifest["parts"] if p["content"].get("kind") == "text")
+            for (manifest,) in rows]
+
+
+def raw_tantivy_rate(texts: list[str]) -> dict:
+    """The replay's ceiling, measured in the same run: Tantivy alone indexing the same texts (one
+    document each, one en_stem field), with the replay's writer threads and heap, committed to disk."""
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("text", tokenizer_name="en_stem")
+    folder = tempfile.mkdtemp(prefix="contentsvc-bench-raw-tantivy-")
+    try:
+        index = tantivy.Index(builder.build(), path=folder)
+        threads = os.cpu_count() or 1
+        started = time.perf_counter()
+        writer = index.writer(heap_size=64_000_000 * threads, num_threads=threads)
+        for text in texts:
+            writer.add_document(tantivy.Document(text=text))
+        writer.commit()
+        writer.wait_merging_threads()
+        seconds = time.perf_counter() - started
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"docs": len(texts), "seconds": round(seconds, 2), "docs_per_s": round(len(texts) / seconds, 1)}
+
+
+async def replay_rate(database_url: str, home: str, cap_s: float) -> dict:
+    """`projector replay lexical` in this process: fold from position 0 and cut over, timed, and
+    its raw ceiling. Both on a quiet service: every fold has caught up first (when the freshness
+    phase ends its Records are still being indexed and embedded, which took the cores the replay
+    was timed on)."""
     from contentsvc.operator.replay import replay_lexical
 
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await folds_caught_up(conn, cap_s)
     with psycopg.connect(database_url, autocommit=True) as conn:
-        parts = conn.execute("SELECT count(*) FROM versions v JOIN records r ON r.current_version_id = v.version_id"
-                             " WHERE NOT r.withdrawn").fetchone()[0]
+        texts = current_texts(conn)
+    raw = raw_tantivy_rate(texts)
     started = time.perf_counter()
     await replay_lexical(database_url, Path(home))
     seconds = time.perf_counter() - started
-    return {"parts": parts, "seconds": round(seconds, 2), "parts_per_s": round(parts / seconds, 1),
+    rate = len(texts) / seconds
+    return {"parts": len(texts), "seconds": round(seconds, 2), "parts_per_s": round(rate, 1),
+            "raw_tantivy": raw, "ratio_to_raw": round(rate / raw["docs_per_s"], 3),
             "note": "fold from position 0, index commit and cutover; process start-up excluded"}
 
 
@@ -252,7 +292,7 @@ async def run(args, clock: Run) -> dict:
             print("[bench search] freshness ...", file=sys.stderr)
             report["freshness"] = await freshness(client, args.fresh_seconds, args.fresh_rate)
         print("[bench search] replay ...", file=sys.stderr)
-        report["replay"] = await replay_rate(target.database_url, home)
+        report["replay"] = await replay_rate(target.database_url, home, args.cap)
     finally:
         service.stop()
     lex, hyb = report["modes"]["lexical"], report["modes"]["hybrid"]

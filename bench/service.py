@@ -3,9 +3,11 @@ one), or one already running; a client for it; and what its log said during the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import tempfile
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -116,6 +118,24 @@ async def create_corpus(client: httpx.AsyncClient, corpus_id: str, name: str | N
     if r.status_code not in (200, 201):
         raise BenchError(f"createCorpus {corpus_id}: {r.status_code} {r.text[:500]}")
     return r.json()["corpus_id"]
+
+
+async def folds_caught_up(conn: psycopg.AsyncConnection, cap_s: float) -> None:
+    """Until every fold (the serving index generations' included) has caught up with the journal
+    as it is now: a phase then runs on a quiet service instead of paying for the indexing and
+    embedding the one before left behind it."""
+    head = (await (await conn.execute("SELECT coalesce(max(position), 0) FROM journal")).fetchone())[0]
+    deadline = time.perf_counter() + cap_s
+    while True:
+        cur = await conn.execute(
+            "SELECT count(*) FROM projector_checkpoints c WHERE c.position < %s AND (c.name NOT LIKE '%%:%%'"
+            " OR EXISTS (SELECT 1 FROM search_generations g WHERE g.state = 'serving'"
+            "            AND c.name = g.kind || ':' || g.generation_id))", (head,))
+        if (await cur.fetchone())[0] == 0:
+            return
+        if time.perf_counter() > deadline:
+            raise BenchError(f"the folds had not caught up with journal position {head} after {cap_s} s")
+        await asyncio.sleep(0.1)
 
 
 def scan_server_log(path: Path) -> dict[str, Any]:

@@ -14,6 +14,7 @@ within unresponsive_seconds + 1 s (8 s by default), and each process logs one
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -53,6 +54,10 @@ class EmbeddedPostgres:
     """A PostgreSQL of this test's own, which it may freeze and stop."""
 
     def __init__(self, home: Path) -> None:
+        # pgserver logs again from its exit handler, after pytest has closed the stream its
+        # handler writes to ("--- Logging error ---" at the end of the run): quiet, as the
+        # service keeps it (storage/database.start_embedded).
+        logging.getLogger("pgserver").setLevel(logging.CRITICAL)
         self.pgdata = home / "pgdata"
         self.server = pgserver.get_server(self.pgdata, cleanup_mode="stop")
         self.url = self.server.get_uri()

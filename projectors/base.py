@@ -60,6 +60,10 @@ class Projector(ABC):
     # NOTIFY holds PostgreSQL's notify-queue lock through its transaction's commit, so every
     # announcing commit waits for the others: folds nobody listens to stay silent.
     announces_progress: ClassVar[bool] = False
+    # Added to its process's niceness at start: work off the path to an answer or to searchable
+    # (embedding) yields the cores to the API, PostgreSQL and the lexical index when they are
+    # busy, and uses them when they are not.
+    niceness: ClassVar[int] = 0
     # How long commits gather after a wake-up before the next step when they arrive quickly
     # (runner.Pace; None: the runner's 50 ms). Longer for a fold whose every step has a high
     # fixed cost, such as an index commit.

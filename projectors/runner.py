@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import time
 from collections import deque
 from contextlib import asynccontextmanager
@@ -160,6 +161,8 @@ async def run(
                     log.info("projector_started", projector=projector.name)
                     started = True
                     freeze_start_up_heap()
+                    if projector.niceness:
+                        os.nice(projector.niceness)
                 if outage.back():
                     delay = retry_first_seconds
                 pace = Pace()

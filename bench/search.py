@@ -29,6 +29,7 @@ import tantivy
 from contentsvc.bench.driver import DATASETS, RESULTS_DIR, BenchError, Run, closing_lines, meets, write_results
 from contentsvc.bench.service import OwnService, api_client, create_corpus, folds_caught_up
 from contentsvc.bench.stats import latency_summary
+from contentsvc.search.lexical_index import WRITER_HEAP_PER_THREAD
 
 DATASET = DATASETS / "scifact"
 RESULT_PATH = RESULTS_DIR / "search.json"
@@ -210,7 +211,7 @@ async def freshness(client, seconds: float, rate: float) -> dict:
 
 
 def current_texts(conn: psycopg.Connection) -> list[str]:
-    """The text of every current Version (its text Parts, title first), as the replay indexes it."""
+    """The text of every current Version (its text Parts, in manifest order), as the replay indexes it."""
     rows = conn.execute("SELECT v.manifest FROM versions v JOIN records r ON r.current_version_id = v.version_id"
                         " WHERE NOT r.withdrawn").fetchall()
     return ["\n".join(p["content"]["text"] for p in manifest["parts"] if p["content"].get("kind") == "text")
@@ -227,7 +228,7 @@ def raw_tantivy_rate(texts: list[str]) -> dict:
         index = tantivy.Index(builder.build(), path=folder)
         threads = os.cpu_count() or 1
         started = time.perf_counter()
-        writer = index.writer(heap_size=64_000_000 * threads, num_threads=threads)
+        writer = index.writer(heap_size=WRITER_HEAP_PER_THREAD * threads, num_threads=threads)
         for text in texts:
             writer.add_document(tantivy.Document(text=text))
         writer.commit()

@@ -86,6 +86,11 @@ class Projector(ABC):
         """Fold the next batch (the connection is outside any transaction); True when more
         work is waiting, so the runner comes back at once instead of waiting for a commit."""
 
+    async def announce_progress(self, conn: AsyncConnection) -> None:
+        """Inside the transaction that moves its checkpoint: tell the API, when it listens."""
+        if self.announces_progress:
+            await checkpoints.announce(conn, self.name)
+
     def idle_poll_seconds(self) -> float | None:
         """How soon the runner should step again without a commit, when sooner than its poll:
         for work of its own that ends without a journal commit. None: the runner's poll."""
@@ -138,8 +143,7 @@ class TableFold(Projector):
                 return True  # a replay committed meanwhile: read again from its checkpoint
             await self.apply(conn, events)
             await checkpoints.advance(conn, self.name, events[-1].position)
-            if self.announces_progress:
-                await checkpoints.announce(conn, self.name)
+            await self.announce_progress(conn)
         return len(events) == self.batch_size
 
 
@@ -178,8 +182,7 @@ class ExternalFold(Projector):
         async with self.publishing(conn):
             yield
             await checkpoints.advance(conn, self.checkpoint_name, through)
-            if self.announces_progress:
-                await checkpoints.announce(conn, self.name)
+            await self.announce_progress(conn)
         self.position = through
 
     async def step(self, conn: AsyncConnection) -> bool:

@@ -31,9 +31,9 @@ from psycopg import AsyncConnection
 from contentsvc.config.settings import DatabaseSettings
 from contentsvc.journal.store import NOTIFY_CHANNEL
 from contentsvc.logging import get_logger
-from contentsvc.storage.heap import freeze_start_up_heap
 from contentsvc.projectors.base import Projector
 from contentsvc.storage.availability import OutageLog, connection_options, unreachable
+from contentsvc.storage.heap import freeze_start_up_heap
 
 log = get_logger("contentsvc.projector")
 

@@ -25,7 +25,6 @@ from contentsvc.monitoring import previews as subscription_previews
 from contentsvc.monitoring import match_routes
 from contentsvc.monitoring import routes as monitoring_routes
 from contentsvc.plugins import routes as plugin_routes
-from contentsvc.storage.heap import freeze_start_up_heap
 from contentsvc.auth.cache import PrincipalCache
 from contentsvc.auth.keys import KEYS_CHANNEL
 from contentsvc.commands.group_commit import SingleCommandGroups
@@ -42,6 +41,7 @@ from contentsvc.storage.availability import (
     wait_until_answering,
 )
 from contentsvc.storage.database import BoundedPool, async_pool
+from contentsvc.storage.heap import freeze_start_up_heap
 from contentsvc.domain.cursors import CursorCodec
 from contentsvc.domain.errors import ApiError, storage_unavailable
 from contentsvc.ids import new_id

@@ -136,12 +136,15 @@ def _segment_end(text: str, start: int) -> int:
     return end
 
 
+WRITER_HEAP_PER_THREAD = 64_000_000  # bytes of Tantivy's indexing heap for each writer thread
+
+
 class LexicalWriter:
     """The single writer of one generation (the lexical projector or a replay)."""
 
     def __init__(self, path: Path, threads: int = 1) -> None:
         self.index, self.layout = open_index(path, create=True)
-        self.writer = self.index.writer(heap_size=64_000_000 * threads, num_threads=threads)
+        self.writer = self.index.writer(heap_size=WRITER_HEAP_PER_THREAD * threads, num_threads=threads)
 
     def checkpoint(self) -> int:
         self.index.reload()

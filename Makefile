@@ -32,6 +32,7 @@ bench:
 	contentsvc bench upload
 	contentsvc bench plugins
 	contentsvc bench monitoring
+	contentsvc bench embeddings
 
 lint:
 	ruff check --select F,E9 src projectors bench tests

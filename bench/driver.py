@@ -120,7 +120,9 @@ def machine_line(machine: dict[str, Any]) -> str:
 def target_lines(report: dict[str, Any]) -> list[str]:
     """One line per target: what it asks, what was measured, PASS or MISS."""
     def figure(v: Any) -> str:
-        return f"{v:,.2f}" if isinstance(v, float) else fmt(v)
+        if isinstance(v, float):  # small figures (ratios, cosines) keep four significant digits
+            return f"{v:,.2f}" if abs(v) >= 10 else f"{v:.4g}"
+        return fmt(v)
     return [f"target {name:<22} {t['op']} {figure(t['value']):>10} {t['unit']:<8} measured {figure(t['measured']):>10}"
             f"  {t['result'].upper()}" for name, t in report["targets"].items()]
 

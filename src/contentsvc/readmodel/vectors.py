@@ -74,16 +74,6 @@ async def servable(conn: AsyncConnection, space: str, org_id: str, corpus_ids: l
     return await cur.fetchall()
 
 
-async def servable_vectors(conn: AsyncConnection, space: str, org_id: str, corpus_ids: list[str],
-                           namespaces: list[str] | None, limit: int) -> list[tuple[int, str, bytes]]:
-    """(label, version_id, vector) of at most `limit` vectors a search in this scope may rank
-    (binary transfer: a vector is 1,536 bytes)."""
-    cur = conn.cursor(binary=True)
-    await cur.execute(f"SELECT x.label, x.version_id, x.vector {_SERVABLE} LIMIT %(limit)s",
-                      {**_scope(space, org_id, corpus_ids, namespaces), "limit": limit})
-    return await cur.fetchall()
-
-
 async def stored(conn: AsyncConnection, labels: list[int]) -> list[tuple[int, bytes]]:
     """(label, vector) of the given labels, as the vectors projector stored them."""
     cur = conn.cursor(binary=True)

@@ -7,7 +7,7 @@ Organization, its Corpora, the `source_namespaces` filter, current searchable
 Versions only; readmodel/vectors), and only those are ranked.
 
 - Up to EXACT_SCAN_MAX vectors: an exact scan, the cosine of each with the query,
-  over the vectors read with the scope from Postgres (binary, about 5 us each; the
+  over the scope's vectors read from Postgres by label (binary, about 5 us each; the
   hnswlib binding's get_items takes about 30 us each). Exact, and as fresh as
   Postgres: the loaded snapshot's lag does not matter.
 - More: hnswlib's own filtered search (the filter callback admits only the
@@ -70,13 +70,12 @@ async def nearest(conn: AsyncConnection, served: Callable[[], Awaitable[ServedIn
     """The `versions` nearest Versions in scope, best first: each as (label of its nearest
     segment, cosine similarity). `served` loads the hnswlib snapshot, needed only for a
     scope too large to scan."""
-    scope = (vector_index.SPACE, org_id, corpus_ids, namespaces)
-    rows = await current_vectors.servable_vectors(conn, *scope, limit=EXACT_SCAN_MAX + 1)
-    if len(rows) <= EXACT_SCAN_MAX:
-        return _exact(rows, query, versions)
-
-    allowed = await current_vectors.servable(conn, *scope)
+    allowed = await current_vectors.servable(conn, vector_index.SPACE, org_id, corpus_ids, namespaces)
     version_of = dict(allowed)
+    if len(allowed) <= EXACT_SCAN_MAX:
+        stored = await current_vectors.stored(conn, list(version_of))
+        return _exact([(label, version_of[label], vector) for label, vector in stored], query, versions)
+
     labels = np.fromiter(version_of, dtype=np.int64, count=len(version_of))
     snapshot = await served()
     in_snapshot = snapshot.holds(labels)

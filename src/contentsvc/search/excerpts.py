@@ -32,19 +32,41 @@ def query_terms(query: str) -> frozenset[str]:
 # of a query term cannot be analyzed into it (save dying/lying/tying -> die/lie/tie): only words
 # starting with them are analyzed, found by one regular expression per query. Words holding
 # characters beyond Latin script (CJK runs hold their bigrams anywhere) are always analyzed.
+def _heads(terms: frozenset[str]) -> str:
+    return "|".join(map(re.escape, sorted({t[:2] for t in terms}, key=len, reverse=True))) or "(?!)"
+
+
 @lru_cache(maxsize=4096)
 def _candidate_words(terms: frozenset[str]) -> re.Pattern:
-    heads = sorted({t[:2] for t in terms}, key=len, reverse=True)
-    starts = "|".join(map(re.escape, heads)) or "(?!)"
-    return re.compile(rf"(?<!\w)(?:(?:{starts})\w*|\w*[^\W\x00-\u024f]\w*)", re.IGNORECASE)
+    return re.compile(rf"(?<!\w)(?:(?:{_heads(terms)})\w*|\w*[^\W\x00-\u024f]\w*)", re.IGNORECASE)
+
+
+# The same words in a Latin-script text already lowercased: without the second branch (tried at
+# every position) and without IGNORECASE, the scan takes 37 us instead of 87 on a SciFact abstract.
+@lru_cache(maxsize=4096)
+def _candidate_latin_words(terms: frozenset[str]) -> re.Pattern:
+    return re.compile(rf"(?<!\w)(?:{_heads(terms)})\w*")
+
+
+_BEYOND_LATIN = re.compile(r"[^\x00-\u024f]")
+
+
+def _hits(text: str, terms: frozenset[str]) -> list[tuple[int, int, str]]:
+    """(start, end, query term) of each word of `text` that the analysis turns into a query term."""
+    lowered = text.lower()
+    # Lowercasing keeps every offset when it keeps the length (it never shortens a text).
+    if len(lowered) == len(text) and not _BEYOND_LATIN.search(text):
+        return [(m.start(), m.end(), t) for m in _candidate_latin_words(terms).finditer(lowered)
+                for t in _terms(m.group()) if t in terms]
+    return [(m.start(), m.end(), t) for m in _candidate_words(terms).finditer(text)
+            for t in _terms(m.group().lower()) if t in terms]
 
 
 def excerpt(text: str, terms: frozenset[str], *, offset: int = 0, window: int = WINDOW) -> tuple[int, int]:
     """The [start, end) of the best window of `text`, shifted by `offset`."""
     if len(text) <= window:
         return offset, offset + len(text)
-    hits = [(m.start(), m.end(), t) for m in _candidate_words(terms).finditer(text)
-            for t in _terms(m.group().lower()) if t in terms]
+    hits = _hits(text, terms)
     best_start, best_score = 0, 0
     j = 0
     for i, (start, _, _) in enumerate(hits):

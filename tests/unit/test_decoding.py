@@ -1,8 +1,11 @@
 """Request decoding: 400 malformed_json vs 422 invalid_schema with a JSON Pointer (decisions.md Errors)."""
 
+import re
+
 import pytest
 from hypothesis import given, strategies as st
 
+from contentsvc.domain import decoding
 from contentsvc.domain.decoding import MAX_JSON_DEPTH, decode_body, msgspec_path_to_pointer, nul_pointer, too_deep
 from contentsvc.domain.models import IngestCommand
 from contentsvc.domain.errors import ApiError
@@ -62,3 +65,10 @@ def test_nul_pointer_names_the_first_member_holding_it():
     assert nul_pointer({"a/b": {"c\x00": 1}}) == "/a~1b/c\x00"
     assert nul_pointer({"entries": ["\x00"], "k": "ok"}, frozenset({"entries"})) is None
     assert nul_pointer({"fine": [1, 2, {"x": "y"}]}) is None
+
+
+@given(st.binary().map(lambda b: bytes(b'"\\{}[]a\n'[x % 8] for x in b)))
+def test_the_string_pattern_matches_what_the_plain_definition_matches(raw):  # decisions.md Errors: depth
+    # A JSON string is a quote, then any byte but a quote or backslash, or an escape, then a quote.
+    plain = re.compile(rb'"(?:[^"\\]|\\.)*"')
+    assert decoding._JSON_STRING.sub(b'""', raw) == plain.sub(b'""', raw)

@@ -26,7 +26,9 @@ _NAMED_MEMBER = re.compile(r"(?:missing required field|unknown field) `([^`]*)`"
 # Deeper JSON is refused before it is parsed: every later step (canonical form,
 # storage, the journal) may then walk a request without running out of stack.
 MAX_JSON_DEPTH = 64
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+# A JSON string, written as runs of plain bytes between escapes ("unrolled"): the same matches
+# as "(?:[^"\\]|\\.)*", without an alternation per byte (a 118 KB batch: 0.4 ms, not 4 ms).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NUL_ESCAPE = b"\\u0000"
 
 

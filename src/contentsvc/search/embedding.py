@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from contentsvc.config import current_settings
-from contentsvc.search.minilm_graph import OUTPUT, encoder_session, build_encoder
+from contentsvc.search.minilm_graph import OUTPUT, build_encoder, encoder_session
 
 DIMENSIONS = 384
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -159,7 +159,7 @@ class MiniLMEmbedder:
         tokenizer = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
         # tokenizer.json ships truncation at 128 with fixed padding to 128;
         # sentence-transformers truncates at max_seq_length and pads per batch;
-        # we truncate the same way and need no padding (see _embed_batch).
+        # so do we (_embed_batch pads).
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=self.max_seq_length)
         self._tokenizer = tokenizer
@@ -169,7 +169,7 @@ class MiniLMEmbedder:
         self._counter.no_truncation()
 
         weights = {k.removeprefix("bert."): v for k, v in load_file(str(self.model_dir / "model.safetensors")).items()}
-        self.encoder_session = encoder_session(
+        self._session = encoder_session(
             build_encoder(weights, config, precision, lambda text: tokenizer.encode(text).ids),
             threads=threads or len(os.sched_getaffinity(0)))
 
@@ -228,7 +228,7 @@ class MiniLMEmbedder:
             type_ids[row, :n] = encoding.type_ids
             mask[row, :n] = 1
         positions = np.broadcast_to(np.arange(longest, dtype=np.int64), ids.shape)
-        (hidden,) = self.encoder_session.run([OUTPUT], {
+        (hidden,) = self._session.run([OUTPUT], {
             "input_ids": ids, "token_type_ids": type_ids,
             "position_ids": np.ascontiguousarray(positions), "attention_mask": mask})
         weights = mask.astype(np.float32)[:, :, None]

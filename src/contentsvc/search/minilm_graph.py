@@ -24,7 +24,7 @@ whose input is the GELU output (quantizing it too put the worst cosine over 300 
 at 0.98), and the two attention products, which have no weights.
 
 Measured against float32: cosine at least 0.998 over the reference sentences of
-tests/fixtures/minilm_reference.json and over 300 SciFact abstracts (``contentsvc bench
+tests/fixtures/minilm_reference.json and over 500 SciFact abstracts (``contentsvc bench
 embeddings`` measures it again). That is within 0.99, so the vectors stay in the same engine space
 version (a model change beyond that is a new space version). Texts run one per call: activation
 scales are per call, so a text embedded in a batch would depend on its batch mates.

@@ -9,6 +9,7 @@ excerpts, currentness and authorization at search time), "Records"
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ import psycopg
 import pytest
 
 from contentsvc.auth import keys
+from contentsvc.search import service as search_service
 from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, text_command, wait_resolved
 
 # Own servers whose new Corpora get no engine vector space: search there is lexical in every mode.
@@ -257,6 +259,28 @@ def test_limit_and_ranks(api):
     scores = [hit["explanation"]["score"] for hit in everything["items"]]
     assert scores == sorted(scores, reverse=True)
     assert record_ids(everything)[:5] == record_ids(five)
+
+
+def test_hydration_reads_texts_only_for_the_page_and_fills_a_deeper_hit(api, database_url, org):
+    # part 1 rule 20: every hit re-read and re-authorized; decisions.md Search (hydration): the
+    # manifests of the first `texts` authorized candidates, the rest read when a hit needs them.
+    corpus = create_corpus(api, _cid())
+    tok = _token()
+    receipts = ingest_batch(api, [text_command(corpus, f"h{i}", f"{tok} text number {i}") for i in range(3)])
+    versions = [wait_searchable(api, receipt)["version_id"] for receipt in receipts]
+
+    async def hydrate():
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            ranked = ["ver_not_a_version", *reversed(versions)]  # best first; an unknown id is skipped
+            hydrated = await search_service._hydrate(conn, org, [corpus], ranked, None, texts=1)
+            before = {v: hydrated[v].parts for v in hydrated}
+            await search_service._fill_texts(conn, hydrated, versions)
+            return before, {v: hydrated[v].parts for v in hydrated}
+
+    before, after = asyncio.run(hydrate())
+    assert set(before) == set(versions)
+    assert before[versions[2]] is not None and before[versions[0]] is None and before[versions[1]] is None
+    assert [after[v]["body"] for v in versions] == [f"{tok} text number {i}" for i in range(3)]
 
 
 def test_query_words_are_never_query_syntax(api):

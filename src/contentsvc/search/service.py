@@ -13,7 +13,6 @@ from pathlib import Path
 
 import tantivy
 from psycopg import AsyncConnection
-from psycopg.rows import dict_row
 
 from contentsvc.auth.principal import Principal
 from contentsvc.readmodel.changes import FeedTicker
@@ -163,28 +162,44 @@ class Hydrated:
     version_id: str
     record_id: str
     corpus_id: str
-    parts: dict[str, str]
+    parts: dict[str, str] | None  # Part key -> text; None until a hit needs them
 
 
+# Every current, searchable, authorized Version among the candidates (given best first), and the
+# manifests of the first `texts` of them only: a page of 10 hits rarely needs the texts of the
+# 30 candidates behind it, and manifests are most of what the read carries.
 _HYDRATE = """
-SELECT v.version_id, v.record_id, v.corpus_id, v.manifest
-FROM versions v JOIN records r ON r.record_id = v.record_id
-WHERE v.version_id = ANY(%s) AND v.org_id = %s AND v.corpus_id = ANY(%s)
+SELECT v.version_id, v.record_id, v.corpus_id,
+       CASE WHEN row_number() OVER (ORDER BY c.rank) <= %s THEN v.manifest END
+FROM unnest(%s::text[]) WITH ORDINALITY AS c(version_id, rank)
+JOIN versions v ON v.version_id = c.version_id JOIN records r ON r.record_id = v.record_id
+WHERE v.org_id = %s AND v.corpus_id = ANY(%s)
   AND r.current_version_id = v.version_id AND NOT r.withdrawn AND v.searchable
   AND (%s::text[] IS NULL OR r.namespace = ANY(%s::text[]))
 """
 
 
+def _texts(manifest: dict) -> dict[str, str]:
+    return {p["key"]: p["content"]["text"] for p in manifest["parts"] if p["content"].get("kind") == "text"}
+
+
 async def _hydrate(conn: AsyncConnection, org_id: str, corpus_ids: list[str], version_ids: list[str],
-                   namespaces: list[str] | None = None) -> dict:
-    """The current, searchable, authorized Versions among the candidates, with their Part texts."""
-    cur = conn.cursor(row_factory=dict_row)
-    await cur.execute(_HYDRATE, (version_ids, org_id, corpus_ids, namespaces, namespaces))
-    out = {}
-    for row in await cur.fetchall():
-        parts = {p["key"]: p["content"]["text"] for p in row["manifest"]["parts"] if p["content"].get("kind") == "text"}
-        out[row["version_id"]] = Hydrated(row["version_id"], row["record_id"], row["corpus_id"], parts)
-    return out
+                   namespaces: list[str] | None, texts: int) -> dict[str, Hydrated]:
+    """The current, searchable, authorized Versions among `version_ids` (best first), with the
+    Part texts of the first `texts` of them."""
+    cur = await conn.execute(_HYDRATE, (texts, version_ids, org_id, corpus_ids, namespaces, namespaces))
+    return {version_id: Hydrated(version_id, record_id, corpus_id, None if manifest is None else _texts(manifest))
+            for version_id, record_id, corpus_id, manifest in await cur.fetchall()}
+
+
+async def _fill_texts(conn: AsyncConnection, hydrated: dict[str, Hydrated], version_ids: list[str]) -> None:
+    """Reads the Part texts of hits whose texts the hydration left out (a fused hit from deep
+    in one of its lists). A Version never changes, and these were authorized in this search."""
+    missing = [v for v in version_ids if hydrated[v].parts is None]
+    if missing:
+        cur = await conn.execute("SELECT version_id, manifest FROM versions WHERE version_id = ANY(%s)", (missing,))
+        for version_id, manifest in await cur.fetchall():
+            hydrated[version_id].parts = _texts(manifest)
 
 
 def _validate(p: Principal, req: SearchRequest) -> SearchProfile:
@@ -260,8 +275,8 @@ async def _ranked(conn: AsyncConnection, p: Principal, req: SearchRequest, fetch
     best: dict[str, Ranked] = {}
     for _ in range(rounds):
         candidates = await fetch(wanted)
-        hydrated = await _hydrate(conn, p.org_id, req.corpus_ids, list({c.version_id for c in candidates}),
-                                  req.filter.source_namespaces if req.filter else None)
+        hydrated = await _hydrate(conn, p.org_id, req.corpus_ids, list(dict.fromkeys(c.version_id for c in candidates)),
+                                  req.filter.source_namespaces if req.filter else None, req.limit)
         best = {}
         for c in candidates:  # best segment per Version, in score order
             if c.version_id in hydrated and c.version_id not in best:
@@ -312,9 +327,11 @@ async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vector
         fused = [(r, r.score) for r in ranked]
     lexical_rank = {r.version_id: i for i, r in enumerate(lexical_ranked, start=1)}
     semantic_rank = {r.version_id: i for i, r in enumerate(semantic_ranked, start=1)}
+    page = fused[: req.limit]
+    await _fill_texts(conn, hydrated, [r.version_id for r, _ in page])
     terms = query_terms(req.query)
     hits = []
-    for rank, (r, score) in enumerate(fused[: req.limit], start=1):
+    for rank, (r, score) in enumerate(page, start=1):
         text = hydrated[r.version_id].parts.get(r.part_key, "")
         segment = text[r.segment_start: r.segment_start + lexical_index.SEGMENT_CHARS]
         start, end = excerpt(segment, terms, offset=r.segment_start)

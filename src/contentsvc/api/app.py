@@ -48,6 +48,7 @@ from contentsvc.ids import new_id
 from contentsvc.journal.store import PROGRESS_CHANNEL
 from contentsvc.logging import get_logger
 from contentsvc.search import generations
+from contentsvc.search.corpus_routes import ROUTES_CHANNEL, CorpusRoutes
 from contentsvc.search.service import LexicalSearcher, VectorSearcher
 
 log = get_logger("contentsvc.api")
@@ -126,23 +127,26 @@ def logging_middleware(app):
 
 
 async def _listen(url: str, settings: Settings, feed_moved: FeedTicker, lexical_moved: FeedTicker,
-                  keys: PrincipalCache, instances: connector_push_routes.PushInstances) -> None:
+                  keys: PrincipalCache, instances: connector_push_routes.PushInstances,
+                  search_routes: CorpusRoutes) -> None:
     """Wakes change streams when the read model commits, reloads searchers when the lexical
     projector commits, and drops from the caches what changed (a key, a pushed-to Connector, the
-    plan); reconnects after outages (the watch logs them)."""
+    plan, a search's routes); reconnects after outages (the watch logs them)."""
     options = connection_options(settings.database, "contentsvc api listen", bounded_statements=False)
-    caches = (keys, instances)
+    caches = (keys, instances, search_routes)
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True, **options) as conn:
                 for channel in (PROGRESS_CHANNEL, KEYS_CHANNEL, connector_push_routes.CONNECTORS_CHANNEL,
-                                connector_push_routes.PLANS_CHANNEL):
+                                connector_push_routes.PLANS_CHANNEL, ROUTES_CHANNEL):
                     await conn.execute(f"LISTEN {channel}")
                 for cache in caches:
                     cache.listening_started()
                 async for notice in conn.notifies():
                     if notice.channel == KEYS_CHANNEL:
                         keys.clear()
+                    elif notice.channel == ROUTES_CHANNEL:
+                        search_routes.clear()
                     elif notice.channel == connector_push_routes.CONNECTORS_CHANNEL:
                         instances.forget(notice.payload)
                     elif notice.channel == connector_push_routes.PLANS_CHANNEL:
@@ -199,11 +203,13 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
         await pool.open(wait=False)
         feed_moved, lexical_moved, keys = FeedTicker(), FeedTicker(), PrincipalCache()
         instances: connector_push_routes.PushInstances = NotifiedCache(max_entries=10_000)
+        search_routes = CorpusRoutes()
         app.state.services = Services(settings, pool, CursorCodec(secret), feed_moved,
                                       LexicalSearcher(settings.home, lexical_moved), VectorSearcher(settings.home),
                                       public_base_url, keys, SingleCommandGroups(pool), PushIngests(pool),
-                                      PushAudit(pool), instances)
-        tasks = [asyncio.create_task(_listen(database_url, settings, feed_moved, lexical_moved, keys, instances)),
+                                      PushAudit(pool), instances, search_routes)
+        tasks = [asyncio.create_task(_listen(database_url, settings, feed_moved, lexical_moved, keys, instances,
+                                             search_routes)),
                  asyncio.create_task(watch.run())]
         freeze_start_up_heap()
         try:

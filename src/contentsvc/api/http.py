@@ -21,6 +21,7 @@ from contentsvc.domain.cursors import CursorCodec, InvalidCursor
 from contentsvc.domain.errors import ApiError
 
 if TYPE_CHECKING:
+    from contentsvc.search.corpus_routes import CorpusRoutes
     from contentsvc.search.service import LexicalSearcher, VectorSearcher
 
 
@@ -40,6 +41,7 @@ class Services:
     push_ingests: PushIngests  # concurrent pushes' items to a Connector share a commit, with their audit
     push_audit: PushAudit  # concurrent push attempts on a Connector share their audit's commit
     push_instances: NotifiedCache  # pushed-to Connectors and their kinds, dropped when announced changed
+    search_routes: CorpusRoutes  # what a search reads before it ranks, dropped when announced changed
 
 
 def services(request: Request) -> Services:

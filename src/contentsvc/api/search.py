@@ -28,7 +28,7 @@ async def search_records(call: Call[SearchRequest, None]) -> Response:
         # holding a pooled connection (its answer bound, database.unresponsive_seconds).
         await svc.vectors.warm()
     async with svc.pool.connection() as conn:
-        result = await service.search(conn, svc.lexical, svc.vectors, call.principal, call.body)
+        result = await service.search(conn, svc.search_routes, svc.lexical, svc.vectors, call.principal, call.body)
     return respond(result)
 
 

@@ -28,6 +28,7 @@ from contentsvc.domain.models import (
 from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.readmodel import vectors as current_vectors
 from contentsvc.search import generations, lexical_index, semantic, vector_index
+from contentsvc.search.corpus_routes import CorpusRoutes
 from contentsvc.search.embedding import EmbeddingModelMissing
 from contentsvc.search.excerpts import excerpt, query_terms
 from contentsvc.search.fusion import Fusion
@@ -222,18 +223,12 @@ def _validate(p: Principal, req: SearchRequest) -> SearchProfile:
     return profile
 
 
-async def search(conn: AsyncConnection, lexical: LexicalSearcher, vectors: VectorSearcher, p: Principal,
-                 req: SearchRequest) -> SearchResponse:
+async def search(conn: AsyncConnection, routes: CorpusRoutes, lexical: LexicalSearcher, vectors: VectorSearcher,
+                 p: Principal, req: SearchRequest) -> SearchResponse:
     profile = _validate(p, req)
-    # The serving lexical generation comes with the Corpora: one round trip for both.
-    cur = await conn.execute(
-        "SELECT corpus_id, vector_spaces, projection_generation_id, (SELECT generation_id FROM search_generations"
-        " WHERE kind = %s AND state = 'serving') FROM corpora WHERE org_id = %s AND corpus_id = ANY(%s)",
-        (generations.LEXICAL, p.org_id, req.corpus_ids))
-    rows = await cur.fetchall()
-    spaces = {row[0]: row[1] for row in rows}
-    routed = [row[2] for row in rows]  # each Corpus's serving projection generation, read once per search
-    lexical_generation = rows[0][3] if rows else None
+    corpora, lexical_generation = await routes.routes(conn, p.org_id, req.corpus_ids)
+    spaces = {c.corpus_id: c.vector_spaces for c in corpora}
+    routed = [c.projection_generation_id for c in corpora]  # each Corpus's serving projection generation
     missing = [c for c in req.corpus_ids if c not in spaces]
     if missing:
         raise not_found(f"corpus {missing[0]!r}")

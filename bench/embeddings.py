@@ -24,7 +24,6 @@ the vectors stay in the same space version. Figures go to bench/results/embeddin
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -32,6 +31,7 @@ import numpy as np
 
 from contentsvc.bench.driver import (DATASETS, RESULTS_DIR, Run, closing_lines, judge, machine_line,
                                      target_lines, write_results)
+from contentsvc.bench.search import load_dataset
 from contentsvc.bench.stats import latency_summary
 from contentsvc.search.embedding import MiniLMEmbedder
 
@@ -41,22 +41,6 @@ TARGETS = {
     "int8_texts_per_s": {"op": ">=", "value": 30.0, "unit": "texts/s"},
     "int8_cosine_min": {"op": ">=", "value": 0.99, "unit": "cosine"},
 }
-
-
-def scifact_texts(limit: int) -> list[str]:
-    texts = []
-    with (SCIFACT / "corpus.jsonl").open(encoding="utf-8") as f:
-        for line in f:
-            doc = json.loads(line)
-            texts.append(f"{doc.get('title', '')}\n{doc['text']}")
-            if len(texts) == limit:
-                break
-    return texts
-
-
-def scifact_queries(limit: int) -> list[str]:
-    with (SCIFACT / "queries.jsonl").open(encoding="utf-8") as f:
-        return [json.loads(line)["text"] for line, _ in zip(f, range(limit))]
 
 
 def measure(precision: str, texts: list[str], queries: list[str]) -> tuple[dict, np.ndarray]:
@@ -88,7 +72,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--queries", type=int, default=200, help="SciFact queries to embed one at a time")
     args = parser.parse_args(argv)
     run = Run()
-    texts, queries = scifact_texts(args.texts), scifact_queries(args.queries)
+    docs, all_queries, _ = load_dataset(SCIFACT)
+    texts = [f"{doc.get('title', '')}\n{doc['text']}" for doc in docs[:args.texts]]
+    queries = list(all_queries.values())[:args.queries]
     float32, reference = measure("float32", texts, queries)
     int8, vectors = measure("int8", texts, queries)
     cosines = np.sum(vectors * reference, axis=1)

@@ -126,13 +126,12 @@ def logging_middleware(app):
     return middleware
 
 
-async def _listen(url: str, settings: Settings, feed_moved: FeedTicker, lexical_moved: FeedTicker,
-                  keys: PrincipalCache, instances: connector_push_routes.PushInstances,
-                  search_routes: CorpusRoutes) -> None:
+async def _listen(url: str, settings: Settings, services: Services) -> None:
     """Wakes change streams when the read model commits, reloads searchers when the lexical
     projector commits, and drops from the caches what changed (a key, a pushed-to Connector, the
     plan, a search's routes); reconnects after outages (the watch logs them)."""
     options = connection_options(settings.database, "contentsvc api listen", bounded_statements=False)
+    keys, instances, search_routes = services.keys, services.push_instances, services.search_routes
     caches = (keys, instances, search_routes)
     while True:
         try:
@@ -152,9 +151,9 @@ async def _listen(url: str, settings: Settings, feed_moved: FeedTicker, lexical_
                     elif notice.channel == connector_push_routes.PLANS_CHANNEL:
                         instances.clear()
                     elif notice.payload == FEED_PROJECTOR:
-                        feed_moved.bump()
+                        services.feed_moved.bump()
                     elif notice.payload == generations.LEXICAL:
-                        lexical_moved.bump()
+                        services.lexical.moved.bump()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the database is away: streams fall back to polling, keys are read
@@ -201,15 +200,12 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
         watch = DatabaseWatch(database_url, settings.database, "api", on_back=lambda: pool.check())
         pool = async_pool(database_url, settings.database, watch)
         await pool.open(wait=False)
-        feed_moved, lexical_moved, keys = FeedTicker(), FeedTicker(), PrincipalCache()
         instances: connector_push_routes.PushInstances = NotifiedCache(max_entries=10_000)
-        search_routes = CorpusRoutes()
-        app.state.services = Services(settings, pool, CursorCodec(secret), feed_moved,
-                                      LexicalSearcher(settings.home, lexical_moved), VectorSearcher(settings.home),
-                                      public_base_url, keys, SingleCommandGroups(pool), PushIngests(pool),
-                                      PushAudit(pool), instances, search_routes)
-        tasks = [asyncio.create_task(_listen(database_url, settings, feed_moved, lexical_moved, keys, instances,
-                                             search_routes)),
+        app.state.services = Services(settings, pool, CursorCodec(secret), FeedTicker(),
+                                      LexicalSearcher(settings.home, FeedTicker()), VectorSearcher(settings.home),
+                                      public_base_url, PrincipalCache(), SingleCommandGroups(pool), PushIngests(pool),
+                                      PushAudit(pool), instances, CorpusRoutes())
+        tasks = [asyncio.create_task(_listen(database_url, settings, app.state.services)),
                  asyncio.create_task(watch.run())]
         freeze_start_up_heap()
         try:

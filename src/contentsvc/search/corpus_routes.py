@@ -36,15 +36,8 @@ class CorpusRoutes(NotifiedCache[tuple[str, tuple[str, ...]], Routes]):
         super().__init__(MAX_ENTRIES)
 
     async def routes(self, conn: AsyncConnection, org_id: str, corpus_ids: list[str]) -> Routes:
-        read_now: list[Routes] = []
-
-        async def read(key: tuple[str, tuple[str, ...]]) -> Routes | None:
-            read_now.append(await _read(conn, org_id, corpus_ids))
-            # Nothing is kept before the first lexical generation exists (not worth an entry).
-            return read_now[0] if read_now[0].lexical_generation is not None else None
-
-        cached = await self.get((org_id, tuple(corpus_ids)), read)
-        return cached if cached is not None else read_now[0]
+        """Cached even before the first lexical generation exists: its creation is announced too."""
+        return await self.get((org_id, tuple(corpus_ids)), lambda _: _read(conn, org_id, corpus_ids))
 
 
 async def _read(conn: AsyncConnection, org_id: str, corpus_ids: list[str]) -> Routes:

@@ -56,10 +56,10 @@ def _hits(text: str, terms: frozenset[str]) -> list[tuple[int, int, str]]:
     lowered = text.lower()
     # Lowercasing keeps every offset when it keeps the length (it never shortens a text).
     if len(lowered) == len(text) and not _BEYOND_LATIN.search(text):
-        return [(m.start(), m.end(), t) for m in _candidate_latin_words(terms).finditer(lowered)
-                for t in _terms(m.group()) if t in terms]
-    return [(m.start(), m.end(), t) for m in _candidate_words(terms).finditer(text)
-            for t in _terms(m.group().lower()) if t in terms]
+        scanned, words = lowered, _candidate_latin_words(terms)
+    else:
+        scanned, words = text, _candidate_words(terms)
+    return [(m.start(), m.end(), t) for m in words.finditer(scanned) for t in _terms(m.group().lower()) if t in terms]
 
 
 def excerpt(text: str, terms: frozenset[str], *, offset: int = 0, window: int = WINDOW) -> tuple[int, int]:

@@ -7,9 +7,11 @@ import sys
 import time
 
 import httpx
+import psutil
 import psycopg
 
-from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, json_lines, key_for, text_command
+from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, json_lines, key_for, text_command,
+                            until)
 
 
 def cli(database_url: str, *args: str) -> subprocess.CompletedProcess:
@@ -48,6 +50,37 @@ def test_projector_status_shows_position_and_lag(server, database_url, api):
     out = cli(database_url, "projector", "status")
     assert out.returncode == 0, out.stderr
     assert "materializer" in out.stdout and "readmodel" in out.stdout and "journal head" in out.stdout
+
+
+def _niceness_by_role(server: ServerProcess) -> dict[str, int]:
+    """Each child of `contentsvc run` by its role (`serve`, `projector run NAME`, `worker run NAME`), with
+    its niceness over the supervisor's."""
+    supervisor = psutil.Process(server.process.pid)
+    roles = {}
+    for child in supervisor.children():
+        try:
+            args = child.cmdline()
+            role = "serve" if "serve" in args else " ".join(args[args.index("run") - 1:][:3]) if "run" in args else None
+            if role:
+                roles[role] = child.nice() - supervisor.nice()
+        except (psutil.NoSuchProcess, ValueError):
+            continue
+    return roles
+
+
+def test_every_fold_and_worker_yields_the_cores_to_the_api(server):
+    # Accepting and searching answer first when the cores are short; the folds catch up after
+    # (projectors/base.py Projector.niceness). The runner renices a process once it has started.
+    def settled():
+        roles = _niceness_by_role(server)
+        background = {role: n for role, n in roles.items() if role != "serve"}
+        return roles if background and 0 not in background.values() else None
+
+    roles = until(settled, "every projector and worker reniced")
+    assert roles["serve"] == 0
+    assert roles["projector run vectors"] == 10  # enrichment yields to indexing too
+    assert {"projector run materializer", "projector run readmodel", "projector run lexical"} <= set(roles)
+    assert all(n == 5 for role, n in roles.items() if role not in ("serve", "projector run vectors")), roles
 
 
 def test_openapi_names_the_contract_operations(server):

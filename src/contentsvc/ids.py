@@ -12,26 +12,48 @@ import threading
 import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+# Every 15-bit value as its three characters: a 130-bit ULID is 2 + 8 x 3 characters, nine
+# lookups instead of 26 (a batch of 100 entries draws 200 ids; the per-character loop was a
+# tenth of the API's time under batch ingest).
+_TRIPLES = [_ALPHABET[i >> 10] + _ALPHABET[(i >> 5) & 31] + _ALPHABET[i & 31] for i in range(1 << 15)]
+_RANDOM_BLOCK = 10 * 256  # random bytes drawn per getrandom call: 256 ids' worth
 _lock = threading.Lock()
 _last = 0
+_random = b""
+_drawn = 0
 
 
-def _encode(value: int, length: int) -> str:
-    out = []
-    for _ in range(length):
-        out.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(out))
+def _encode(value: int) -> str:
+    """The 26 Crockford base32 characters of a value below 2**130, most significant first."""
+    head = _TRIPLES[value >> 120][1:]  # the top 10 bits: two characters
+    return head + "".join([_TRIPLES[(value >> shift) & 0x7FFF] for shift in range(105, -1, -15)])
+
+
+def _random_80_bits() -> int:
+    global _random, _drawn
+    if _drawn == len(_random):
+        _random, _drawn = os.urandom(_RANDOM_BLOCK), 0
+    _drawn += 10
+    return int.from_bytes(_random[_drawn - 10:_drawn], "big")
+
+
+def _forget_random() -> None:
+    global _random, _drawn
+    _random, _drawn = b"", 0
+
+
+# A forked child must not hand out its parent's unused random bytes again.
+os.register_at_fork(after_in_child=_forget_random)
 
 
 def new_ulid() -> str:
     global _last
     with _lock:
-        candidate = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+        candidate = (time.time_ns() // 1_000_000) << 80 | _random_80_bits()
         if candidate <= _last:
             candidate = _last + 1
         _last = candidate
-    return _encode(candidate, 26)
+    return _encode(candidate)
 
 
 def new_id(prefix: str) -> str:

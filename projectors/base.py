@@ -64,7 +64,7 @@ class Projector(ABC):
     # so when the cores are short the API answers first (accepting, searching) and the folds
     # catch up after the burst; on an idle machine niceness changes nothing. Work off the path to
     # searchable (embedding) yields further.
-    niceness: ClassVar[int] = 5
+    niceness: ClassVar[int] = 10
     # How long commits gather after a wake-up before the next step when they arrive quickly
     # (runner.Pace; None: the runner's 50 ms). Longer for a fold whose every step has a high
     # fixed cost, such as an index commit.

@@ -96,7 +96,7 @@ class VectorProjector(GenerationFold):
     # and the cores go to ingestion and then indexing first (at concurrency 16 embedding took 0.7
     # of the two cores and single ingest ran at about 650/s; at nice 10, about 850/s).
     coalesce_seconds = 0.2
-    niceness = 10
+    niceness = 15
     batch_size = 256  # embedding a batch takes a while: smaller batches report sooner
 
     def __init__(self, home: Path) -> None:

@@ -78,9 +78,9 @@ def test_every_fold_and_worker_yields_the_cores_to_the_api(server):
 
     roles = until(settled, "every projector and worker reniced")
     assert roles["serve"] == 0
-    assert roles["projector run vectors"] == 10  # enrichment yields to indexing too
+    assert roles["projector run vectors"] == 15  # enrichment yields to indexing too
     assert {"projector run materializer", "projector run readmodel", "projector run lexical"} <= set(roles)
-    assert all(n == 5 for role, n in roles.items() if role not in ("serve", "projector run vectors")), roles
+    assert all(n == 10 for role, n in roles.items() if role not in ("serve", "projector run vectors")), roles
 
 
 def test_openapi_names_the_contract_operations(server):

@@ -13,6 +13,9 @@ source file and the copy all live on the same disk. Then:
   1. writes a --size-mib file of random bytes (fsync'd) and its SHA-256;
   2. the ceiling: a plain file copy on the same disk (shutil.copyfile, then
      fsync of the copy), --runs times;
+     and two references (upload_references.py), --runs times each: the same
+     client's PUT to a server that discards the body, and the blob store's
+     hashing, writing and fsync of the file without HTTP;
   3. --runs times: createUpload, then the presigned PUT of the file with
      httpx, streaming a generator of 1 MiB chunks with the Upload's
      put_headers, timed from the first byte sent to the 200 (the server has
@@ -46,6 +49,7 @@ import httpx
 from contentsvc.bench.driver import (target_lines, RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, machine_line,
                                      write_results)
 from contentsvc.bench.service import OwnService, scan_server_log
+from contentsvc.bench.upload_references import client_alone_seconds, store_alone_seconds
 
 RESULT_PATH = RESULTS_DIR / "upload.json"
 SERVER_LOG = RESULTS_DIR / "upload-server.log"
@@ -220,6 +224,13 @@ def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> d
         copies.append(timed_copy(source, copy))
         print(f"[bench upload] copy {i + 1}/{runs}: {size / copies[-1] / 1e6:,.0f} MB/s", file=sys.stderr, flush=True)
 
+    client_alone, store_alone = [], []
+    for i in range(runs):
+        client_alone.append(client_alone_seconds(file_chunks(source), {"Content-Length": str(size)}))
+        store_alone.append(store_alone_seconds(source, copy))
+        print(f"[bench upload] references {i + 1}/{runs}: client alone {size / client_alone[-1] / 1e6:,.0f} MB/s, "
+              f"store alone {size / store_alone[-1] / 1e6:,.0f} MB/s", file=sys.stderr, flush=True)
+
     api_pid = serve_child(own.process.pid)
     puts = []
     with httpx.Client(base_url=target.base_url, headers={"Authorization": f"Bearer {target.api_key}"},
@@ -231,13 +242,24 @@ def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> d
                   f"{puts[-1]['rss_growth_mib']} MiB", file=sys.stderr, flush=True)
     source.unlink()
 
+    def rates(seconds: list[float]) -> dict[str, Any]:
+        per_s = [size / s / 1e6 for s in seconds]
+        return {"runs_s": [round(s, 3) for s in seconds], "best_mb_per_s": round(max(per_s), 1),
+                "median_mb_per_s": round(statistics.median(per_s), 1)}
+
     copy_rates = [size / s / 1e6 for s in copies]
     put_rates = [p["mb_per_s"] for p in puts]
+    client_best = rates(client_alone)["best_mb_per_s"]
     return {
         "file_bytes": size,
         "sha256": sha256,
-        "copy": {"runs_s": [round(s, 3) for s in copies], "best_mb_per_s": round(max(copy_rates), 1),
-                 "median_mb_per_s": round(statistics.median(copy_rates), 1)},
+        "copy": rates(copies),
+        # What bounds the PUT besides the API (upload_references.py): the same client to a server
+        # that discards, and the blob store's hashing and writing without HTTP.
+        "client_alone": rates(client_alone),
+        "store_alone": rates(store_alone),
+        "put_to_client_alone_ratio": round(max(put_rates) / client_best, 3),
+        "put_to_store_alone_ratio": round(max(put_rates) / rates(store_alone)["best_mb_per_s"], 3),
         "put": {"runs": puts, "best_mb_per_s": max(put_rates), "median_mb_per_s": round(statistics.median(put_rates), 1),
                 "peak_rss_growth_mib": max(p["rss_growth_mib"] for p in puts)},
         "put_to_copy_ratio": round(max(put_rates) / max(copy_rates), 3),
@@ -256,8 +278,15 @@ def summary_text(report: dict[str, Any]) -> str:
     lines.append(f"file                {res['file_bytes'] // MiB} MiB random bytes, on {report['parameters']['disk']}")
     lines.append(f"plain copy + fsync  best {fmt(res['copy']['best_mb_per_s'])} MB/s   median "
                  f"{fmt(res['copy']['median_mb_per_s'])} MB/s   ({len(res['copy']['runs_s'])} runs)")
+    for name, label in (("client_alone", "client alone      "), ("store_alone", "store alone       ")):
+        lines.append(f"{label}  best {fmt(res[name]['best_mb_per_s'])} MB/s   median "
+                     f"{fmt(res[name]['median_mb_per_s'])} MB/s")
     lines.append(f"presigned PUT       best {fmt(res['put']['best_mb_per_s'])} MB/s   median "
                  f"{fmt(res['put']['median_mb_per_s'])} MB/s   ({len(res['put']['runs'])} runs, verified each)")
+    lines.append(f"PUT / client alone  {res['put_to_client_alone_ratio']} (the fastest any server could take "
+                 f"this client's bytes)")
+    lines.append(f"PUT / store alone   {res['put_to_store_alone_ratio']} (hashing and writing without HTTP, "
+                 f"one thread)")
     lines.append(f"API RSS             peak growth {fmt(res['put']['peak_rss_growth_mib'])} MiB over "
                  f"{res['put']['runs'][0]['rss_baseline_mib']} MiB (sampled every {int(SAMPLE_S * 1000)} ms, "
                  f"pid {res['api_pid']})")

@@ -1,0 +1,98 @@
+"""What bounds a presigned PUT on this machine, measured beside it in `bench upload`.
+
+A plain copy moves the bytes once, inside the kernel. A PUT moves them from the
+client's file through a loopback socket into the API, hashes them and writes them.
+Two references say how much of the gap is the API's:
+
+  - the client alone: the same httpx PUT of the same file to a server that only
+    reads the body and throws it away (a separate process, so that it does not
+    share the client's interpreter);
+  - the blob store alone: the same bytes read from the page cache, hashed with
+    SHA-256 and written with os.write in 1 MiB chunks, then fsync'd, in one thread
+    of the bench's process, with no HTTP.
+
+The API can be no faster than the first, and on two cores shared with the client
+it hashes and writes what the second measures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+
+CHUNK = 1024 * 1024
+
+
+def _serve_discarding(listener: socket.socket) -> None:
+    """Answers each request with 204 after reading its Content-Length bytes, forever."""
+    while True:
+        conn, _ = listener.accept()
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                data = conn.recv(65536)
+                if not data:
+                    break
+                head += data
+            header, _, body = head.partition(b"\r\n\r\n")
+            length = next(int(line.split(b":", 1)[1]) for line in header.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            left, buffer = length - len(body), bytearray(CHUNK)
+            while left > 0:
+                received = conn.recv_into(buffer, min(CHUNK, left))
+                if not received:
+                    break
+                left -= received
+            conn.sendall(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+
+
+def client_alone_seconds(chunks: Iterator[bytes], headers: dict[str, str]) -> float:
+    """Seconds for httpx to PUT `chunks` to a discarding server on loopback."""
+    sink = subprocess.Popen([sys.executable, "-m", "contentsvc.bench.upload_references"], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        port = int(sink.stdout.readline())
+        with httpx.Client(timeout=httpx.Timeout(300.0)) as client:
+            started = time.perf_counter()
+            r = client.put(f"http://127.0.0.1:{port}/", content=chunks, headers=headers)
+            elapsed = time.perf_counter() - started
+        r.raise_for_status()
+        return elapsed
+    finally:
+        sink.kill()
+        sink.wait()
+
+
+def store_alone_seconds(source: Path, target: Path) -> float:
+    """Seconds to read `source` (from the page cache: it was just written) and hash and write it
+    into `target` as the blob store does, then fsync it."""
+    started = time.perf_counter()
+    digest = hashlib.sha256()
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with open(source, "rb") as f:
+            while chunk := f.read(CHUNK):
+                digest.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    elapsed = time.perf_counter() - started
+    target.unlink()
+    return elapsed
+
+
+if __name__ == "__main__":
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        print(listening.getsockname()[1], flush=True)
+        _serve_discarding(listening)

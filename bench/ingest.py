@@ -143,8 +143,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--database-url", help="the service's database, for the raw journal figures")
     p.add_argument("--seconds", type=float, default=5.0,
                    help="length of each raw append loop; the 202-to-resolved phase runs twice this (default 5)")
-    p.add_argument("--single", type=int, default=3000, help="single ingest requests (default 3000)")
-    p.add_argument("--batches", type=int, default=100, help="batches of 100 entries (default 100)")
+    # Phases of several seconds each: long enough that the folds of what was accepted compete
+    # for the cores, as under sustained load, rather than a burst that ends before they start.
+    p.add_argument("--single", type=int, default=10000, help="single ingest requests (default 10000)")
+    p.add_argument("--batches", type=int, default=400, help="batches of 100 entries (default 400)")
     p.add_argument("--rate", type=float, default=50.0, help="ingests/s of the 202-to-resolved phase (default 50)")
     p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="JSONL with _id, title, text")
     args = p.parse_args(argv)

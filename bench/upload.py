@@ -49,7 +49,7 @@ import httpx
 from contentsvc.bench.driver import (target_lines, RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, machine_line,
                                      write_results)
 from contentsvc.bench.service import OwnService, scan_server_log
-from contentsvc.bench.upload_references import client_alone_seconds, store_alone_seconds
+from contentsvc.bench.upload_references import client_alone_seconds, durably_timed, store_alone_seconds
 
 RESULT_PATH = RESULTS_DIR / "upload.json"
 SERVER_LOG = RESULTS_DIR / "upload-server.log"
@@ -82,16 +82,7 @@ def make_source(path: Path, size: int) -> str:
 
 def timed_copy(src: Path, dst: Path) -> float:
     dst.unlink(missing_ok=True)
-    started = time.perf_counter()
-    shutil.copyfile(src, dst)
-    fd = os.open(dst, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    elapsed = time.perf_counter() - started
-    dst.unlink()
-    return elapsed
+    return durably_timed(dst, lambda: shutil.copyfile(src, dst))
 
 
 def file_chunks(path: Path) -> Iterator[bytes]:

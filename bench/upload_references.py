@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import httpx
 
@@ -71,25 +71,34 @@ def client_alone_seconds(chunks: Iterator[bytes], headers: dict[str, str]) -> fl
         sink.wait()
 
 
-def store_alone_seconds(source: Path, target: Path) -> float:
-    """Seconds to read `source` (from the page cache: it was just written) and hash and write it
-    into `target` as the blob store does, then fsync it."""
+def durably_timed(target: Path, write: Callable[[], None]) -> float:
+    """Seconds for write() to make `target` and for its bytes to reach the disk (fsync); the
+    file is removed afterwards. The copy's ceiling and the store's reference are both timed so."""
     started = time.perf_counter()
-    digest = hashlib.sha256()
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    write()
+    fd = os.open(target, os.O_RDONLY)
     try:
-        with open(source, "rb") as f:
-            while chunk := f.read(CHUNK):
-                digest.update(chunk)
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(fd, view):]
         os.fsync(fd)
     finally:
         os.close(fd)
     elapsed = time.perf_counter() - started
     target.unlink()
     return elapsed
+
+
+def store_alone_seconds(source: Path, target: Path) -> float:
+    """Seconds to read `source` (from the page cache: it was just written) and hash and write it
+    into `target` as the blob store does, until it is on the disk."""
+    def hash_and_write() -> None:
+        digest = hashlib.sha256()
+        with open(source, "rb") as f, open(target, "wb", buffering=0) as out:
+            while chunk := f.read(CHUNK):
+                digest.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[out.write(view):]
+
+    return durably_timed(target, hash_and_write)
 
 
 if __name__ == "__main__":

@@ -93,8 +93,8 @@ class Embeddable:
 class VectorProjector(GenerationFold):
     name = KIND
     # Enrichment, off the path to searchable: fewer, larger steps (embeddings batch better too),
-    # and the cores go to ingestion and then indexing first (at concurrency 16 embedding took 0.7
-    # of the two cores and single ingest ran at about 650/s; at nice 10, about 850/s).
+    # and five steps nicer than the other folds, so that indexing gets the cores before embedding
+    # does (at equal priority, embedding took 0.7 of the two cores under single ingests).
     coalesce_seconds = 0.2
     niceness = 15
     batch_size = 256  # embedding a batch takes a while: smaller batches report sooner

@@ -59,11 +59,10 @@ def _niceness_by_role(server: ServerProcess) -> dict[str, int]:
     roles = {}
     for child in supervisor.children():
         try:
-            args = child.cmdline()
-            role = "serve" if "serve" in args else " ".join(args[args.index("run") - 1:][:3]) if "run" in args else None
-            if role:
-                roles[role] = child.nice() - supervisor.nice()
-        except (psutil.NoSuchProcess, ValueError):
+            command = child.cmdline()  # python -m contentsvc.cli serve ... | projector run NAME | worker run NAME
+            subcommand = command[command.index("contentsvc.cli") + 1:]
+            roles["serve" if subcommand[0] == "serve" else " ".join(subcommand[:3])] = child.nice() - supervisor.nice()
+        except (psutil.NoSuchProcess, ValueError, IndexError):
             continue
     return roles
 

@@ -26,6 +26,9 @@ Measurements (one run, one database), one module each:
      durable INSERT of an equivalent row into a table shaped like the journal;
      --seconds each. Its events are kind "bench.raw" of org "bench-raw": not
      public, so no feed shows them, and the projectors skip the kind.
+     The same run measures the ceilings of phases 1 and 2: plain durable INSERTs,
+     one row per transaction on 16 connections and 100 rows per transaction on 4;
+     each phase's rate over its ceiling is in `ratios_to_ceilings`.
 
 Only 202 answers (and 202 batch items) count as successes; every other answer,
 timeout or transport error is counted and reported. The figures are written to
@@ -56,7 +59,7 @@ from contentsvc.bench.ingest_report import judge_targets, problems, summary_text
 from contentsvc.bench.ingest_requests import TEXT_BYTES, Texts, explain_pending
 from contentsvc.bench.ingest_resolve import bench_resolve
 from contentsvc.bench.ingest_single import SINGLE_CONCURRENCY, bench_single
-from contentsvc.bench.journal_raw import RAW_BATCH, RAW_CONCURRENCY, bench_raw
+from contentsvc.bench.journal_raw import RAW_BATCH, RAW_CONCURRENCY, bench_raw, ratios_to_ceilings
 from contentsvc.bench.service import (
     OwnService,
     Target,
@@ -127,6 +130,8 @@ async def run_bench(target: Target, texts: Texts, args) -> dict[str, Any]:
         results["integrity"] = await check_all_resolved(target.database_url, [ingest_corpus, latency_corpus])
         results["raw_journal"] = await announced("raw journal append", bench_raw(target.database_url, texts,
                                                                                 args.seconds))
+        results["ratios_to_ceilings"] = ratios_to_ceilings(results["single"], results["batch"],
+                                                           results["raw_journal"])
     else:
         results["integrity"] = {"skipped": "no database URL"}
         results["raw_journal"] = {"skipped": "no database URL (give --database-url with --url)"}

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from contentsvc.bench.driver import target_lines, closing_lines, fmt, judge, machine_line
+from contentsvc.bench.ingest_batch import BATCH_CONCURRENCY
+from contentsvc.bench.ingest_single import SINGLE_CONCURRENCY
 from contentsvc.bench.journal_raw import RAW_CONCURRENCY
 
 TARGETS = {
@@ -111,7 +113,9 @@ def summary_text(report: dict[str, Any], result_path: Path) -> str:
         for key, label in (("journal_1conn", "journal append 1/txn c=1"), ("plain_1conn", "plain INSERT   1/txn c=1"),
                            (f"journal_{RAW_CONCURRENCY}conn", f"journal append 1/txn c={RAW_CONCURRENCY}"),
                            (f"plain_{RAW_CONCURRENCY}conn", f"plain INSERT   1/txn c={RAW_CONCURRENCY}"),
-                           ("journal_batch100_1conn", "journal append 100/call c=1")):
+                           ("journal_batch100_1conn", "journal append 100/call c=1"),
+                           (f"plain_{SINGLE_CONCURRENCY}conn", f"plain INSERT   1/txn c={SINGLE_CONCURRENCY}"),
+                           (f"plain_batch100_{BATCH_CONCURRENCY}conn", f"plain INSERT 100/txn c={BATCH_CONCURRENCY}")):
             m = raw[key]
             rows.append((label, f"{fmt(m['events_per_s'])} ev/s",
                          f"txn p50 {fmt(m['transaction_latency']['p50_ms'])}  p99 "
@@ -119,6 +123,10 @@ def summary_text(report: dict[str, Any], result_path: Path) -> str:
         rows.append(("journal/plain", f"c=1 {fmt(raw['ratio_journal_to_plain_1conn'])}",
                      f"c={RAW_CONCURRENCY} {fmt(raw[f'ratio_journal_to_plain_{RAW_CONCURRENCY}conn'])}   "
                      f"(fsync={raw['postgres']['fsync']}, synchronous_commit={raw['postgres']['synchronous_commit']})"))
+        ceilings = res["ratios_to_ceilings"]
+        rows.append(("ingest/ceiling", f"single {ceilings['single_to_plain_commits']}",
+                     f"batch {ceilings['batch_to_plain_100_row_transactions']}   (each phase's rate over the "
+                     f"plain INSERT at its concurrency, above)"))
     w1 = max(len(r[0]) for r in rows)
     w2 = max(len(r[1]) for r in rows)
     lines = ["", f"contentsvc bench ingest  {report['timestamp']}  {machine_line(report['machine'])}",

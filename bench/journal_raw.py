@@ -1,6 +1,8 @@
 """Scenario 4, raw journal append: contentsvc.journal.store.append with 1 event per
 transaction (1 and RAW_CONCURRENCY connections) and RAW_BATCH events per call, against the
-ceiling of a plain durable INSERT of an equivalent row into a table shaped like the journal.
+ceiling of a plain durable INSERT of an equivalent row into a table shaped like the journal;
+and the ceilings of the single and batch phases: plain durable INSERTs, one row per transaction
+on SINGLE_CONCURRENCY connections and RAW_BATCH rows per transaction on BATCH_CONCURRENCY.
 
 Its events are kind RAW_KIND of org RAW_ORG: not public, so no feed shows them, and the
 projectors skip the kind."""
@@ -16,6 +18,8 @@ from typing import Any, Awaitable, Callable
 import psycopg
 
 from contentsvc.bench.driver import BenchError
+from contentsvc.bench.ingest_batch import BATCH_CONCURRENCY
+from contentsvc.bench.ingest_single import SINGLE_CONCURRENCY
 from contentsvc.bench.ingest_requests import Texts
 from contentsvc.bench.stats import Errors, latency_summary
 from contentsvc.journal.events import IngestAccepted, Source
@@ -119,10 +123,15 @@ async def bench_raw(database_url: str, texts: Texts, seconds: float) -> dict[str
               f" subject_id, version_id, receipt_id, payload)"
               f" VALUES (nextval('{table}_seq'), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
 
+    def plain_row(e: NewEvent) -> tuple:
+        return (new_id("evt"), e.kind, e.public, e.org_id, e.corpus_id, e.subject_type, e.subject_id, e.version_id,
+                e.receipt_id, jsonb_payload(e.payload))
+
     async def plain_one(conn) -> None:
-        e = event()
-        await conn.execute(insert, (new_id("evt"), e.kind, e.public, e.org_id, e.corpus_id, e.subject_type,
-                                    e.subject_id, e.version_id, e.receipt_id, jsonb_payload(e.payload)))
+        await conn.execute(insert, plain_row(event()))
+
+    async def plain_batch(conn) -> None:
+        await conn.cursor().executemany(insert, [plain_row(event()) for _ in range(RAW_BATCH)])
 
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as admin:
         settings = {}
@@ -145,6 +154,11 @@ async def bench_raw(database_url: str, texts: Texts, seconds: float) -> dict[str
             out[f"plain_{RAW_CONCURRENCY}conn"] = await timed_loop(database_url, RAW_CONCURRENCY, seconds, 1,
                                                                    plain_one)
             out["journal_batch100_1conn"] = await timed_loop(database_url, 1, seconds, RAW_BATCH, journal_batch)
+            # The ceilings of the API's own phases, at their concurrency: durable one-row commits
+            # (single ingest) and 100-row transactions (batch ingest).
+            out[f"plain_{SINGLE_CONCURRENCY}conn"] = await timed_loop(database_url, SINGLE_CONCURRENCY, seconds, 1, plain_one)
+            out[f"plain_batch100_{BATCH_CONCURRENCY}conn"] = await timed_loop(database_url, BATCH_CONCURRENCY, seconds,
+                                                                          RAW_BATCH, plain_batch)
         finally:
             await admin.execute(f"DROP TABLE IF EXISTS {table}")
             await admin.execute(f"DROP SEQUENCE IF EXISTS {table}_seq")
@@ -152,3 +166,15 @@ async def bench_raw(database_url: str, texts: Texts, seconds: float) -> dict[str
         j, p = out[f"journal_{c}"]["events_per_s"], out[f"plain_{c}"]["events_per_s"]
         out[f"ratio_journal_to_plain_{c}"] = round(j / p, 3) if p else None
     return out
+
+
+def ratios_to_ceilings(single: dict[str, Any], batch: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
+    """Each ingest phase's rate over its plain-INSERT ceiling measured in the same run."""
+    def ratio(rate: float | None, ceiling: dict[str, Any]) -> float | None:
+        return round(rate / ceiling["events_per_s"], 3) if rate and ceiling["events_per_s"] else None
+
+    return {
+        "single_to_plain_commits": ratio(single["throughput_req_per_s"], raw[f"plain_{SINGLE_CONCURRENCY}conn"]),
+        "batch_to_plain_100_row_transactions": ratio(batch["records_per_s"],
+                                                     raw[f"plain_batch100_{BATCH_CONCURRENCY}conn"]),
+    }

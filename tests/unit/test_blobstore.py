@@ -124,13 +124,41 @@ def test_pipelined_writer_keeps_order_and_digest(sizes):
         for n in sizes:
             await pipe.write(data[offset:offset + n])
             offset += n
-        await pipe.close()
-        return w
+        await pipe.close()  # several 1 KiB batches were queued for the writer's thread at once
+        written = w.size, w.hexdigest()
+        await pipe.abort()
+        return written
 
     with tempfile.TemporaryDirectory() as root:
-        w = asyncio.run(run(Path(root)))
-        assert w.size == len(data) and w.hexdigest() == hashlib.sha256(data).hexdigest()
-        w.abort()
+        size, digest = asyncio.run(run(Path(root)))
+        assert size == len(data) and digest == hashlib.sha256(data).hexdigest()
+
+
+def test_a_failed_write_leaves_no_file_and_no_write_running(tmp_path):
+    # The disk fails on the third batch while more are queued: the upload fails, and abort waits
+    # for every queued write before it closes and drops the file.
+    store = FilesystemBlobStore(tmp_path)
+    w = store.writer()
+    real_write, calls = w.write, []
+
+    def failing_write(chunk: bytes) -> None:
+        calls.append(len(chunk))
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        real_write(chunk)
+
+    w.write = failing_write
+
+    async def run():
+        pipe = PipelinedWriter(w, chunk_size=1024)
+        with pytest.raises(OSError):
+            for _ in range(20):
+                await pipe.write(os.urandom(1024))
+            await pipe.close()
+        await pipe.abort()
+
+    asyncio.run(run())
+    assert not w.temp_path.exists() and list((tmp_path / "incoming").glob("*.part")) == []
 
 
 # ----------------------------------------------------------------- upload URLs and headers

@@ -156,7 +156,8 @@ async def bench_raw(database_url: str, texts: Texts, seconds: float) -> dict[str
             out["journal_batch100_1conn"] = await timed_loop(database_url, 1, seconds, RAW_BATCH, journal_batch)
             # The ceilings of the API's own phases, at their concurrency: durable one-row commits
             # (single ingest) and 100-row transactions (batch ingest).
-            out[f"plain_{SINGLE_CONCURRENCY}conn"] = await timed_loop(database_url, SINGLE_CONCURRENCY, seconds, 1, plain_one)
+            out[f"plain_{SINGLE_CONCURRENCY}conn"] = await timed_loop(database_url, SINGLE_CONCURRENCY, seconds, 1,
+                                                                      plain_one)
             out[f"plain_batch100_{BATCH_CONCURRENCY}conn"] = await timed_loop(database_url, BATCH_CONCURRENCY, seconds,
                                                                           RAW_BATCH, plain_batch)
         finally:

@@ -223,7 +223,6 @@ class MiniLMEmbedder:
         included: more than ``token_window`` means the embedding ignores the rest."""
         return len(self._counter.encode(text, add_special_tokens=True).ids)
 
-
     # -- the model ----------------------------------------------------------
 
     def _embed_batch(self, encodings: list) -> np.ndarray:

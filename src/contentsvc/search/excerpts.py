@@ -53,9 +53,9 @@ _BEYOND_LATIN = re.compile(r"[^\x00-\u024f]")
 
 def _hits(text: str, terms: frozenset[str]) -> list[tuple[int, int, str]]:
     """(start, end, query term) of each word of `text` that the analysis turns into a query term."""
-    lowered = text.lower()
-    # Lowercasing keeps every offset when it keeps the length (it never shortens a text).
-    if len(lowered) == len(text) and not _BEYOND_LATIN.search(text):
+    # Lowercasing keeps every offset when it keeps the length (it never shortens a text); a text
+    # beyond Latin script takes the general scan and is not lowercased for nothing.
+    if not _BEYOND_LATIN.search(text) and len(lowered := text.lower()) == len(text):
         scanned, words = lowered, _candidate_latin_words(terms)
     else:
         scanned, words = text, _candidate_words(terms)

@@ -17,11 +17,12 @@ scale = max |w| / 127), each activation quantized per call (uint8 with its own s
 point). BERT's LayerNorm outputs carry a few outlier channels (one reaches 28 where most stay
 under 2), which would leave the other channels a handful of levels; so each quantized layer's
 input is first divided per channel by s = sqrt(max |x| / max |w|) and its weight rows multiplied
-by s (``SMOOTHING_ALPHA`` is the exponent), which leaves the product unchanged and splits the range between the two (SmoothQuant,
-alpha 0.5). max |x| per channel is read once per process by running the float32 graph over a
-few fixed sentences (``CALIBRATION_TEXTS``). Kept in float32: the feed-forward's second layer,
-whose input is the GELU output (quantizing it too put the worst cosine over 300 SciFact abstracts
-at 0.98), and the two attention products, which have no weights.
+by s (``SMOOTHING_ALPHA`` is the exponent), which leaves the product unchanged and splits the
+range between the two (SmoothQuant, alpha 0.5). max |x| per channel is read once per process by
+running the float32 graph over a few fixed sentences (``CALIBRATION_TEXTS``). Kept in float32:
+the feed-forward's second layer, whose input is the GELU output (quantizing it too put the
+worst cosine over 300 SciFact abstracts at 0.98), and the two attention products, which have no
+weights.
 
 Measured against float32: cosine at least 0.998 over the reference sentences of
 tests/fixtures/minilm_reference.json and over 500 SciFact abstracts (``contentsvc bench

@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import psutil
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
@@ -87,6 +88,20 @@ class ServerProcess(LocalService):
         tag = uuid.uuid4().hex[:8]
         super().__init__(database_url, log_dir / f"server-{tag}.log", home or log_dir / f"home-{tag}", extra_env,
                          ready_timeout=60)
+
+    def children(self) -> dict[str, psutil.Process]:
+        """The live supervised children by role: `serve`, `projector run NAME`, `worker run NAME`."""
+        roles = {}
+        for child in psutil.Process(self.process.pid).children():
+            try:
+                command = child.cmdline()  # python -m contentsvc.cli serve ... | projector run NAME | ...
+                if child.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                subcommand = command[command.index("contentsvc.cli") + 1:]
+                roles["serve" if subcommand[0] == "serve" else " ".join(subcommand[:3])] = child
+            except (psutil.NoSuchProcess, ValueError, IndexError):
+                continue
+        return roles
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ import signal
 import time
 import uuid
 
-import psutil
 
 from tests.conftest import ServerProcess, client_for, create_corpus, key_for, wait_resolved
 from tests.e2e.test_changes import for_receipt, poll_until, resolved_all, start_now
@@ -24,14 +23,8 @@ BOUND_S = 60
 
 def materializer_pid(server: ServerProcess) -> int | None:
     """The supervised child running the materializer (`contentsvc projector run materializer`)."""
-    for child in psutil.Process(server.process.pid).children():
-        try:
-            if child.cmdline()[-3:] == ["projector", "run", "materializer"] and child.is_running() \
-                    and child.status() != psutil.STATUS_ZOMBIE:
-                return child.pid
-        except psutil.NoSuchProcess:
-            continue
-    return None
+    child = server.children().get("projector run materializer")
+    return child.pid if child is not None else None
 
 
 def test_a_materializer_killed_mid_call_calls_again_with_the_same_key_and_makes_one_version(databases, tmp_path):

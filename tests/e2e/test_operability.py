@@ -53,16 +53,13 @@ def test_projector_status_shows_position_and_lag(server, database_url, api):
 
 
 def _niceness_by_role(server: ServerProcess) -> dict[str, int]:
-    """Each child of `contentsvc run` by its role (`serve`, `projector run NAME`, `worker run NAME`), with
-    its niceness over the supervisor's."""
-    supervisor = psutil.Process(server.process.pid)
+    """Each child of `contentsvc run` by its role, with its niceness over the supervisor's."""
+    base = psutil.Process(server.process.pid).nice()
     roles = {}
-    for child in supervisor.children():
+    for role, child in server.children().items():
         try:
-            command = child.cmdline()  # python -m contentsvc.cli serve ... | projector run NAME | worker run NAME
-            subcommand = command[command.index("contentsvc.cli") + 1:]
-            roles["serve" if subcommand[0] == "serve" else " ".join(subcommand[:3])] = child.nice() - supervisor.nice()
-        except (psutil.NoSuchProcess, ValueError, IndexError):
+            roles[role] = child.nice() - base
+        except psutil.NoSuchProcess:
             continue
     return roles
 

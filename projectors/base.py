@@ -142,9 +142,12 @@ class TableFold(Projector):
                 return False
             if await checkpoints.position(conn, self.name, for_update=True) != position:
                 return True  # a replay committed meanwhile: read again from its checkpoint
-            await self.apply(conn, events)
+            # The checkpoint and the notification are written before the fold's own writes: an
+            # append among those takes the journal lock, and every statement after it until COMMIT
+            # is sent at this (niced) process's pace while every other append waits.
             await checkpoints.advance(conn, self.name, events[-1].position)
             await self.announce_progress(conn)
+            await self.apply(conn, events)
         return len(events) == self.batch_size
 
 
@@ -181,9 +184,10 @@ class ExternalFold(Projector):
     async def checkpointed(self, conn: AsyncConnection, through: int) -> AsyncIterator[None]:
         """The transaction that writes what the fold learned and moves the checkpoint to `through`."""
         async with self.publishing(conn):
-            yield
+            # First, as in TableFold.step: the body's append is then its last statement before COMMIT.
             await checkpoints.advance(conn, self.checkpoint_name, through)
             await self.announce_progress(conn)
+            yield
         self.position = through
 
     async def step(self, conn: AsyncConnection) -> bool:

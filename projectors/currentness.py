@@ -29,7 +29,7 @@ from psycopg import AsyncConnection
 
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent, NewEvent
-from contentsvc.journal.store import append, hold_journal_lock
+from contentsvc.journal.store import append, columns
 
 
 def availability_event(e: JournalEvent, state: str, searchable: bool = False, is_current: bool = False) -> NewEvent:
@@ -81,57 +81,55 @@ def replaced(events: list[JournalEvent]) -> list[JournalEvent]:
     return [e for e in events if e.kind == ev.RECORD_ACCEPTED and not e.payload.quarantined and id(e) not in keep]
 
 
-async def publish(conn: AsyncConnection, events: list[JournalEvent]) -> None:
-    """Append the end of baseline processing for the Versions of `events`, now in the index
-    (inside the caller's journal transaction, before its checkpoint moves)."""
+async def publish(conn: AsyncConnection, events: list[JournalEvent], then: list[NewEvent] | None = None) -> None:
+    """Append the end of baseline processing for the Versions of `events`, now in the index,
+    and then the events `then`, in one append (inside the caller's journal transaction: the
+    lexical fold makes it its last statement)."""
+    then = then or []
     ready, ended = still_current(events), replaced(events)
     if not ready and not ended:
+        await append(conn, then)
         return
-    # Withdrawals are decided by the materializer: read them under the journal lock, so none
-    # can land between this read and the events below.
-    await hold_journal_lock(conn)
-    withdrawn = await _withdrawn(conn, ready)
-    out = [availability_event(e, "retrieval_ready") for e in ended]
-    current = [e for e in ready if e.payload.record_id not in withdrawn]
-    out += [availability_event(e, "retrieval_ready") for e in ready if e.payload.record_id in withdrawn]
-    previous = await _made_current(conn, current)
-    for e in current:
+    previous = await _current_versions(conn, ready)  # before the journal lock: only this fold writes them
+    # Each ready Version has two outcomes: current, or (its Record withdrawn meanwhile) ready and
+    # never current. Withdrawals are decided by the materializer; which outcome holds is decided
+    # on the server, under the journal lock, so no withdrawal can land between that decision and
+    # these events.
+    candidates: list[tuple[NewEvent, bool | None, JournalEvent]] = [
+        (availability_event(e, "retrieval_ready"), None, e) for e in ended]
+    for e in ready:
+        candidates.append((availability_event(e, "retrieval_ready"), True, e))
         was = previous.get(e.payload.record_id)
         if was is not None and was != e.payload.version_id:
-            out.append(_no_longer_current(e, was))
-        out.append(availability_event(e, "retrieval_ready", searchable=True, is_current=True))
-    await append(conn, out)
+            candidates.append((_no_longer_current(e, was), False, e))
+        candidates.append((availability_event(e, "retrieval_ready", searchable=True, is_current=True), False, e))
+    unconditional = [None] * len(then)
+    ids = _identities([e for _, _, e in candidates])
+    # lexical_publish (schema/028) takes the journal lock and decides there: the lock is never
+    # held while this process prepares the next statement.
+    await conn.execute(_PUBLISH, ([e.payload.record_id for e in ready], [e.payload.version_id for e in ready],
+                                  *_identities(ready), *columns([c for c, _, _ in candidates] + then),
+                                  [w for _, w, _ in candidates] + unconditional,
+                                  *(column + unconditional for column in ids[1:])))
 
 
-async def _withdrawn(conn: AsyncConnection, accepted: list[JournalEvent]) -> set[str]:
-    """Records among `accepted` whose identity the materializer has withdrawn."""
-    if not accepted:
-        return set()
-    cur = await conn.execute(
-        "SELECT m.record_id FROM materializer_identities m"
-        " JOIN unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS k(o, c, n, r)"
-        "   ON m.org_id = k.o AND m.corpus_id = k.c AND m.namespace = k.n AND m.record_key = k.r"
-        " WHERE m.withdrawn",
-        ([e.org_id for e in accepted], [e.payload.source.corpus_id for e in accepted],
-         [e.payload.source.namespace for e in accepted], [e.payload.source.record_key for e in accepted]))
-    return {r[0] for r in await cur.fetchall()}
+def _identities(accepted: list[JournalEvent]) -> tuple[list[str], ...]:
+    """The source identities (org, corpus, namespace, key) of record.accepted events, as arrays."""
+    return ([e.org_id for e in accepted], [e.payload.source.corpus_id for e in accepted],
+            [e.payload.source.namespace for e in accepted], [e.payload.source.record_key for e in accepted])
 
 
-async def _made_current(conn: AsyncConnection, accepted: list[JournalEvent]) -> dict[str, str]:
-    """Record the Versions of `accepted` as their Records' current ones; returns the Versions
-    they replace (record_id -> version_id)."""
+_PUBLISH = "SELECT lexical_publish(%s)" % ", ".join(
+    f"%b::{t}[]" for t in ["text"] * 6 + ["text", "text", "bool"] + ["text"] * 6 + ["jsonb", "bool"] + ["text"] * 3)
+
+
+async def _current_versions(conn: AsyncConnection, accepted: list[JournalEvent]) -> dict[str, str]:
+    """The Versions last made current of the Records of `accepted` (record_id -> version_id)."""
     if not accepted:
         return {}
-    records = [e.payload.record_id for e in accepted]
     cur = await conn.execute("SELECT record_id, version_id FROM lexical_currentness WHERE record_id = ANY(%s)",
-                             (records,))
-    previous = {r[0]: r[1] for r in await cur.fetchall()}
-    await conn.execute(
-        "INSERT INTO lexical_currentness (record_id, version_id, retired)"
-        " SELECT *, false FROM unnest(%s::text[], %s::text[])"
-        " ON CONFLICT (record_id) DO UPDATE SET version_id = EXCLUDED.version_id, retired = false",
-        (records, [e.payload.version_id for e in accepted]))
-    return previous
+                             ([e.payload.record_id for e in accepted],))
+    return {r[0]: r[1] for r in await cur.fetchall()}
 
 
 async def retirable(conn: AsyncConnection, limit: int) -> list[tuple[str, str]]:

@@ -155,9 +155,9 @@ class LexicalProjector(GenerationFold):
             writer.commit(last)
 
         async with self.checkpointed(conn, last):
-            await currentness.publish(conn, [e for e in events if e.position > self.published])
-            await append(conn, decisions.events())
             await projections.record(conn, decisions)
+            await currentness.publish(conn, [e for e in events if e.position > self.published],
+                                      then=decisions.events())
         self.published = max(self.published, last)
 
     async def after_batch(self, conn: AsyncConnection, idle: bool) -> bool:

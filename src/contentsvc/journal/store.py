@@ -36,13 +36,11 @@ JOURNAL_LOCK = 457136501358
 
 
 async def hold_journal_lock(conn: AsyncConnection) -> None:
-    """Take the journal lock now, inside the caller's transaction, rather than at its append.
-
-    A fold that must decide from facts other writers append (has this Record been
-    withdrawn?) reads them after this: every such fact is then either visible to it or
-    appended after its own events, so the journal never holds a decision made on a
-    state it already contradicts. Hold it for a few statements only: appends wait.
-    """
+    """Take the journal lock now, until the caller's transaction ends, as an append does: no
+    other append commits meanwhile. Every append waits on it, so a writer never holds it across
+    a round trip of its own: a decision that must read what others append is made on the server
+    under the lock instead (lexical_publish, schema/028). Tests hold it to stand for a writer
+    in the middle of its append."""
     await conn.execute("SELECT pg_advisory_xact_lock(%s)", (JOURNAL_LOCK,))
 
 
@@ -84,9 +82,14 @@ async def append(conn: AsyncConnection, events: Iterable[NewEvent]) -> None:
     here to the end of the transaction.
     """
     events = list(events)
-    if not events:
-        return
-    columns = (
+    if events:
+        # journal_append (schema/025): takes the journal lock, draws positions, inserts, notifies.
+        await conn.execute(_APPEND, columns(events))
+
+
+def columns(events: list[NewEvent]) -> tuple[list, ...]:
+    """`events` as the ten arrays journal_append takes, in its parameters' order."""
+    return (
         [e.event_id for e in events],
         [e.kind for e in events],
         [e.public for e in events],
@@ -98,8 +101,6 @@ async def append(conn: AsyncConnection, events: Iterable[NewEvent]) -> None:
         [e.receipt_id for e in events],
         [jsonb_payload(e.payload) for e in events],
     )
-    # journal_append (schema/004): takes the journal lock, draws positions, inserts, notifies NOTIFY_CHANNEL.
-    await conn.execute(_APPEND, columns)
 
 
 async def read_after(conn: AsyncConnection, position: int, limit: int,

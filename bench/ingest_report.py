@@ -11,8 +11,11 @@ from contentsvc.bench.ingest_batch import BATCH_CONCURRENCY
 from contentsvc.bench.ingest_single import SINGLE_CONCURRENCY
 from contentsvc.bench.journal_raw import RAW_CONCURRENCY
 
+# Batch and single ingest as the README's table of benchmarks states them, and the
+# 202-to-resolved median.
 TARGETS = {
-    "batch_records_per_s": {"op": ">=", "value": 3000, "unit": "records/s"},
+    "batch_records_per_s": {"op": ">=", "value": 10000, "unit": "records/s"},
+    "single_req_per_s": {"op": ">=", "value": 1000, "unit": "req/s"},
     "single_p99_ms": {"op": "<=", "value": 30, "unit": "ms"},
     "resolve_p50_ms": {"op": "<=", "value": 300, "unit": "ms"},
 }
@@ -21,6 +24,7 @@ TARGETS = {
 def judge_targets(results: dict[str, Any]) -> dict[str, Any]:
     return judge(TARGETS, {
         "batch_records_per_s": results.get("batch", {}).get("records_per_s"),
+        "single_req_per_s": results.get("single", {}).get("throughput_req_per_s"),
         "single_p99_ms": results.get("single", {}).get("latency", {}).get("p99_ms"),
         "resolve_p50_ms": results.get("resolve", {}).get("from_202", {}).get("p50_ms"),
     })

@@ -312,11 +312,11 @@ async def run(args, clock: Run) -> dict:
     }
     report["targets"] = {
         "lexical_ndcg10_vs_published_bm25": [lex["ndcg@10"], ">=", PUBLISHED_BM25_NDCG10],
-        "hybrid_minus_lexical_ndcg10": [round(hyb["ndcg@10"] - lex["ndcg@10"], 4), ">=", 0.05],
-        "lexical_p50_ms": [lex["latency_c1"]["p50_ms"], "<=", 15],
+        # Hybrid's own quality target is `bench quality`'s (SciFact hybrid at least 0.720).
+        "lexical_p50_ms": [lex["latency_c1"]["p50_ms"], "<=", 3],
         "hybrid_p50_ms": [hyb["latency_c1"]["p50_ms"], "<=", 50],
         "freshness_p50_ms": [report["freshness"]["p50_ms"], "<=", 1000],
-        "replay_parts_per_s": [report["replay"]["parts_per_s"], ">=", 5000],
+        "replay_parts_per_s": [report["replay"]["parts_per_s"], ">=", 10000],
     }
     for name, (value, op, goal) in report["targets"].items():
         ok = value is not None and meets(value, op, goal)

@@ -60,11 +60,11 @@ class Projector(ABC):
     # NOTIFY holds PostgreSQL's notify-queue lock through its transaction's commit, so every
     # announcing commit waits for the others: folds nobody listens to stay silent.
     announces_progress: ClassVar[bool] = False
-    # Added to its process's niceness at start. Every fold and worker is work done after a 202,
-    # so when the cores are short the API answers first (accepting, searching) and the folds
-    # catch up after the burst; on an idle machine niceness changes nothing. Work off the path to
-    # searchable (embedding) yields further.
-    niceness: ClassVar[int] = 10
+    # Its process's niceness at start is `[processes] background_niceness` (10) plus this. Every
+    # fold and worker is work done after a 202, so when the cores are short the API answers first
+    # (accepting, searching) and the folds catch up after the burst; on an idle machine niceness
+    # changes nothing. Work off the path to searchable (embedding) yields further.
+    niceness_above_background: ClassVar[int] = 0
     # How long commits gather after a wake-up before the next step when they arrive quickly
     # (runner.Pace; None: the runner's 50 ms). Longer for a fold whose every step has a high
     # fixed cost, such as an index commit.

@@ -139,7 +139,10 @@ async def run(
     stop: asyncio.Event | None = None,
     settings: DatabaseSettings | None = None,
     process: str | None = None,
+    niceness: int = 0,
 ) -> None:
+    """Fold (or work) until `stop`, through database outages; once started, the process is
+    reniced by `niceness` (see Projector.niceness_above_background)."""
     stop = stop or asyncio.Event()
     settings = settings or DatabaseSettings()
     outage = OutageLog(process or f"projector:{projector.name}")
@@ -161,8 +164,8 @@ async def run(
                     log.info("projector_started", projector=projector.name)
                     started = True
                     freeze_start_up_heap()
-                    if projector.niceness:
-                        os.nice(projector.niceness)
+                    if niceness:
+                        os.nice(niceness)
                 if outage.back():
                     delay = retry_first_seconds
                 pace = Pace()

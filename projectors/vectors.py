@@ -96,7 +96,7 @@ class VectorProjector(GenerationFold):
     # and five steps nicer than the other folds, so that indexing gets the cores before embedding
     # does (at equal priority, embedding took 0.7 of the two cores under single ingests).
     coalesce_seconds = 0.2
-    niceness = 15
+    niceness_above_background = 5
     batch_size = 256  # embedding a batch takes a while: smaller batches report sooner
 
     def __init__(self, home: Path) -> None:

@@ -237,8 +237,9 @@ def _run_fold(kind, settings: Settings) -> int:
     projector = kind.build(settings)
     try:
         process = f"{kind.role}:{kind.name}"
+        niceness = min(19, settings.processes.background_niceness + projector.niceness_above_background)
         asyncio.run(run(_database_url(settings, process=process), projector, settings=settings.database,
-                        process=process))
+                        process=process, niceness=niceness))
     except KeyboardInterrupt:
         pass
     return 0

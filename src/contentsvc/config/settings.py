@@ -95,6 +95,15 @@ class GcSettings(Section):
     interval_seconds: Seconds = 300
 
 
+class ProcessSettings(Section):
+    # Added to the niceness of every projector and worker that `contentsvc run` starts (the API
+    # stays at 0; the vectors projector runs 5 above it, at most 19). Under a burst of ingests the
+    # folds then catch up afterwards instead of taking the cores the API accepts with: higher
+    # accept rates, a longer wait for `resolved` right after the burst. 0 runs them at the API's
+    # priority. An idle machine runs them at full speed either way (docs/decisions.md).
+    background_niceness: Annotated[int, Meta(ge=0, le=19)] = 10
+
+
 class ClientSettings(Section):
     """How the command-line clients (`contentsvc mcp`, `contentsvc bench`) reach a running service."""
 
@@ -203,6 +212,7 @@ class Settings(Section):
     uploads: UploadSettings = field(default_factory=UploadSettings)
     search: SearchSettings = field(default_factory=SearchSettings)
     gc: GcSettings = field(default_factory=GcSettings)
+    processes: ProcessSettings = field(default_factory=ProcessSettings)
     client: ClientSettings = field(default_factory=ClientSettings)
     bench: BenchSettings = field(default_factory=BenchSettings)
     deliveries: DeliverySettings = field(default_factory=DeliverySettings)

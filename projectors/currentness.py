@@ -119,8 +119,11 @@ def _identities(accepted: list[JournalEvent]) -> tuple[list[str], ...]:
             [e.payload.source.namespace for e in accepted], [e.payload.source.record_key for e in accepted])
 
 
-_PUBLISH = "SELECT lexical_publish(%s)" % ", ".join(
-    f"%b::{t}[]" for t in ["text"] * 6 + ["text", "text", "bool"] + ["text"] * 6 + ["jsonb", "bool"] + ["text"] * 3)
+_PUBLISH = """SELECT lexical_publish(
+    %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
+    %b::text[], %b::text[], %b::bool[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
+    %b::jsonb[],
+    %b::bool[], %b::text[], %b::text[], %b::text[])"""  # the ready Versions; the candidates; their conditions
 
 
 async def _current_versions(conn: AsyncConnection, accepted: list[JournalEvent]) -> dict[str, str]:

@@ -7,8 +7,8 @@
 --
 -- Each candidate event has a condition: p_if_withdrawn null (always appended), or whether
 -- its Record, by source identity (the event's org, p_source_corpus_ids, p_namespaces,
--- p_record_keys), must be withdrawn for it to be appended; they keep their order. p_ready_* are the Versions
--- that become their Records' current ones unless withdrawn.
+-- p_record_keys), must be withdrawn for it to be appended; they keep their order.
+-- p_ready_* are the Versions that become their Records' current ones unless withdrawn.
 CREATE FUNCTION lexical_publish(
     p_ready_record_ids text[], p_ready_version_ids text[], p_ready_org_ids text[],
     p_ready_corpus_ids text[], p_ready_namespaces text[], p_ready_record_keys text[],

@@ -38,6 +38,7 @@ from psycopg import AsyncConnection
 from contentsvc.config import Settings
 from contentsvc.journal import checkpoints
 from contentsvc.journal.events import JournalEvent
+from contentsvc.journal.store import head as journal_head
 from contentsvc.journal.store import read_after
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.search import generations
@@ -72,6 +73,10 @@ class Projector(ABC):
     # Work of its own that outlives a step and uses the step's connection in transactions of its
     # own (the connectors worker's runs): the runner then leaves an open transaction alone.
     runs_beside_steps: ClassVar[bool] = False
+    # The kinds a fold folds; None: every kind. A fold that needs a few is given only those: the
+    # payloads of the others (an ingest's text, a Version's manifest) are neither sent nor decoded
+    # (most of the monitor's time went to decoding events it skipped).
+    reads: ClassVar[frozenset[str] | None] = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Projector":
@@ -96,6 +101,21 @@ class Projector(ABC):
         """How soon the runner should step again without a commit, when sooner than its poll:
         for work of its own that ends without a journal commit. None: the runner's poll."""
         return None
+
+
+async def next_batch(conn: AsyncConnection, position: int, size: int, kinds: frozenset[str] | None
+                     ) -> tuple[list[JournalEvent], int, bool]:
+    """The next batch after `position`: its events (of `kinds` alone, when given), the position
+    it reaches, and whether the journal holds more. A fold that reads a few kinds still moves
+    `size` positions at a time, and past the positions that hold none of them."""
+    if kinds is None:
+        events = await read_after(conn, position, size)
+        return events, events[-1].position if events else position, len(events) == size
+    last = await journal_head(conn)
+    through = min(last, position + size)
+    if through == position:
+        return [], position, False
+    return await read_after(conn, position, size, sorted(kinds), through), through, through < last
 
 
 class PeriodicWorker(Projector):
@@ -137,18 +157,19 @@ class TableFold(Projector):
         # replay and this fold from interleaving.
         async with journal_transaction(conn):
             position = await checkpoints.position(conn, self.name)
-            events = await read_after(conn, position, self.batch_size)
-            if not events:
+            events, through, more = await next_batch(conn, position, self.batch_size, self.reads)
+            if through == position:
                 return False
             if await checkpoints.position(conn, self.name, for_update=True) != position:
                 return True  # a replay committed meanwhile: read again from its checkpoint
             # The checkpoint and the notification are written before the fold's own writes: an
             # append among those takes the journal lock, and every statement after it until COMMIT
             # is sent at this (niced) process's pace while every other append waits.
-            await checkpoints.advance(conn, self.name, events[-1].position)
+            await checkpoints.advance(conn, self.name, through)
             await self.announce_progress(conn)
-            await self.apply(conn, events)
-        return len(events) == self.batch_size
+            if events:
+                await self.apply(conn, events)
+        return more
 
 
 class ExternalFold(Projector):
@@ -167,9 +188,10 @@ class ExternalFold(Projector):
             self.position = await checkpoints.position(conn, self.checkpoint_name)
 
     @abstractmethod
-    async def fold(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
+    async def fold(self, conn: AsyncConnection, events: list[JournalEvent], through: int) -> None:
         """Do the batch's outside work, then write what it learned inside
-        `async with self.checkpointed(conn, events[-1].position)`."""
+        `async with self.checkpointed(conn, through)` (the batch's last position, which the
+        events, of the kinds it reads, may not reach)."""
 
     async def after_batch(self, conn: AsyncConnection, idle: bool) -> bool:
         """Work between batches (a backfill chunk, a purge, a snapshot); `idle` when the
@@ -192,13 +214,16 @@ class ExternalFold(Projector):
 
     async def step(self, conn: AsyncConnection) -> bool:
         async with conn.transaction():
-            events = await read_after(conn, self.position, self.batch_size)
+            events, through, more = await next_batch(conn, self.position, self.batch_size, self.reads)
+        moved = through > self.position
         if events:
-            await self.fold(conn, events)
-            if self.position < events[-1].position:
+            await self.fold(conn, events, through)
+            if self.position < through:
                 raise RuntimeError(f"{self.name}: the fold returned without committing its checkpoint")
-        more = await self.after_batch(conn, idle=not events)
-        return more or len(events) == self.batch_size
+        elif moved:
+            async with self.checkpointed(conn, through):
+                pass  # positions holding no kind it reads: only the checkpoint moves
+        return await self.after_batch(conn, idle=not moved) or more
 
 
 class GenerationRetired(Exception):

@@ -94,6 +94,7 @@ def _add(writer: LexicalWriter, live: projections.Live, e: JournalEvent) -> None
 
 class LexicalProjector(GenerationFold):
     name = KIND
+    reads = frozenset({ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN, ev.CORPUS_CREATED, ev.OPERATION_CHANGED})
     announces_progress = True  # the API's searchers reload on it
     PURGE_EVERY_SECONDS = 1.0
     # Each step commits the Tantivy index (a new segment, fsynced): under a stream of single
@@ -124,7 +125,7 @@ class LexicalProjector(GenerationFold):
                         remedy="contentsvc projector replay lexical")
         return position
 
-    async def fold(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
+    async def fold(self, conn: AsyncConnection, events: list[JournalEvent], through: int) -> None:
         generation, writer = self.generation, self.writer
         async with conn.transaction():
             cur = await conn.execute("SELECT announced, state FROM search_generations WHERE generation_id = %s",
@@ -132,7 +133,7 @@ class LexicalProjector(GenerationFold):
             announced, state = await cur.fetchone()
         if state != "serving":  # a cutover happened: serve the new one next step
             raise GenerationRetired(generation.generation_id)
-        last = events[-1].position
+        last = through
         fresh = [e for e in events if e.kind == ev.RECORD_ACCEPTED and not e.payload.quarantined
                  and e.position > max(announced, self.published)]
         if fresh:

@@ -180,6 +180,7 @@ def _blob_parts(e: JournalEvent) -> list[dict[str, Any]]:
 
 class MaterializerProjector(TableFold):
     name = "materializer"
+    reads = frozenset({ev.INGEST_ACCEPTED, ev.WITHDRAWAL_ACCEPTED})  # the commands it materializes
 
     def __init__(self, blob_root: Path, settings: Settings | None = None) -> None:
         self.blob_root = blob_root
@@ -224,7 +225,7 @@ class MaterializerProjector(TableFold):
         return more
 
     async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
-        commands = [e for e in events if e.kind in (ev.INGEST_ACCEPTED, ev.WITHDRAWAL_ACCEPTED)]
+        commands = [e for e in events if e.kind in self.reads]  # an operator's replay passes every kind
         if not commands:
             return
         await self.plan.refresh_if_due(conn)

@@ -92,6 +92,7 @@ class Embeddable:
 
 class VectorProjector(GenerationFold):
     name = KIND
+    reads = frozenset({ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN, ev.CORPUS_RETRIEVAL_CHANGED})
     # Enrichment, off the path to searchable: fewer, larger steps (embeddings batch better too),
     # and five steps nicer than the other folds, so that indexing gets the cores before embedding
     # does (at equal priority, embedding took 0.7 of the two cores under single ingests).
@@ -186,7 +187,7 @@ class VectorProjector(GenerationFold):
             self._maybe_snapshot(force=True)  # idle: make the snapshot current
         return False
 
-    async def fold(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
+    async def fold(self, conn: AsyncConnection, events: list[JournalEvent], through: int) -> None:
         current = [Embeddable.of(e) for e in await self._in_vector_corpora(conn, still_current(events))]
         # A quarantined Version changes nothing: the Record's vectors stay.
         touched = {e.payload.record_id for e in events if e.kind == ev.RECORD_WITHDRAWN
@@ -195,7 +196,7 @@ class VectorProjector(GenerationFold):
         parked = bool(current) and not self.model_ready()  # no model: fill these Corpora after a restart
         vectors = None if parked else await self._embed(current)
 
-        async with self.checkpointed(conn, events[-1].position):
+        async with self.checkpointed(conn, through):
             cur = await conn.execute(
                 "SELECT label FROM vectors WHERE space = %s AND record_id = ANY(%s) AND NOT version_id = ANY(%s)",
                 (SPACE, list(touched), [v.version_id for v in current]))
@@ -208,7 +209,7 @@ class VectorProjector(GenerationFold):
                     " SELECT o, c, %s, %s FROM unnest(%s::text[], %s::text[]) AS u(o, c)"
                     " ON CONFLICT (org_id, corpus_id, space) DO UPDATE SET"
                     " since = greatest(vector_backfills.since, EXCLUDED.since)",
-                    (SPACE, events[-1].position, *map(list, zip(*{(v.org_id, v.corpus_id) for v in current}))))
+                    (SPACE, through, *map(list, zip(*{(v.org_id, v.corpus_id) for v in current}))))
             for e in gained:  # the Corpus's earlier Versions get their vectors too
                 self.backfills = True
                 await conn.execute("INSERT INTO vector_backfills (org_id, corpus_id, space, since)"

@@ -2,6 +2,8 @@
 
 - A fold's output and its checkpoint commit together: an exception inside
   the fold leaves both as they were.
+- A fold that reads a few kinds is given those alone, in order, and its
+  checkpoint still moves past the positions that hold none of them.
 - A fold whose database goes away (its backends terminated mid-transaction,
   or the database refusing connections for a while) waits the outage out
   and resumes: every event is folded exactly once, and each outage is one
@@ -21,7 +23,7 @@ from psycopg import AsyncConnection
 from structlog.testing import capture_logs
 
 from contentsvc.journal import checkpoints
-from contentsvc.journal.events import JournalEvent, NewEvent, UploadFailed
+from contentsvc.journal.events import UPLOAD_FAILED, JournalEvent, NewEvent, UploadFailed, UploadReceived
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.projectors.base import ExternalFold, TableFold
@@ -115,11 +117,11 @@ class Indexed(ExternalFold):
         self.fail_inside = False
         self.skip_checkpoint = False
 
-    async def fold(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
+    async def fold(self, conn: AsyncConnection, events: list[JournalEvent], through: int) -> None:
         self.outside += [e.position for e in events]
         if self.skip_checkpoint:
             return
-        async with self.checkpointed(conn, events[-1].position):
+        async with self.checkpointed(conn, through):
             await conn.execute("INSERT INTO tally (position) SELECT unnest(%s::bigint[])",
                                ([e.position for e in events],))
             if self.fail_inside:
@@ -277,3 +279,50 @@ def test_a_step_that_leaves_a_transaction_open_is_rolled_back_and_the_next_commi
         rows, _ = asyncio.run(scenario())
     assert rows == 5  # folded on the wake-up, not after the poll
     assert [e for e in logs if e["event"] == "projector_step_left_transaction_open"][0]["projector"] == "leaky"
+
+
+async def append_received(url: str, n: int) -> None:
+    """n events of a kind the kind-reading folds below do not read."""
+    events = [NewEvent(org_id="contract", subject_type="upload", subject_id=f"upl_{i}",
+                       payload=UploadReceived(upload_id=f"upl_{i}", size_bytes=1, sha256="0" * 64,
+                                              received_at="2024-01-01T00:00:00Z"))
+              for i in (uuid.uuid4().hex for _ in range(n))]
+    async with await AsyncConnection.connect(url, autocommit=True) as conn:
+        async with journal_transaction(conn):
+            await append(conn, events)
+
+
+class FailedUploadsTally(Tally):
+    reads = frozenset({UPLOAD_FAILED})
+
+
+class FailedUploadsIndexed(Indexed):
+    name = "indexed"
+    batch_size = 25
+    reads = frozenset({UPLOAD_FAILED})
+
+
+@pytest.mark.parametrize("fold", [FailedUploadsTally, FailedUploadsIndexed])
+def test_a_fold_reading_a_few_kinds_gets_those_alone_and_moves_past_the_others(url, fold):
+    async def scenario():
+        await append_events(url, 10)
+        await append_received(url, 60)  # more than two batches holding nothing it reads
+        await append_events(url, 5)
+        await append_received(url, 3)
+        projector = fold()
+        async with await AsyncConnection.connect(url) as conn:
+            await projector.open(conn)
+            steps = 0
+            while await projector.step(conn):
+                steps += 1
+                assert steps < 10
+            cur = await conn.execute("SELECT position FROM journal WHERE kind = %s ORDER BY position", (UPLOAD_FAILED,))
+            failed = [r[0] for r in await cur.fetchall()]
+            folded = (await (await conn.execute("SELECT array_agg(position ORDER BY position) FROM tally")).fetchone())[0]
+            checkpoint = await checkpoints.position(conn, projector.name)
+            return failed, folded, checkpoint, await head(conn), steps
+
+    failed, folded, checkpoint, last, steps = asyncio.run(scenario())
+    assert folded == failed and len(failed) == 15
+    assert checkpoint == last  # the trailing events it does not read are passed too
+    assert steps == 3  # 78 positions, 25 at a time: the journal's length, not the kinds' count, paces it

@@ -104,17 +104,15 @@ def columns(events: list[NewEvent]) -> tuple[list, ...]:
 
 
 async def read_after(conn: AsyncConnection, position: int, limit: int,
-                     kinds: list[str] | None = None) -> list[JournalEvent]:
+                     kinds: list[str] | None = None, through: int | None = None) -> list[JournalEvent]:
     """Events after a position, in order; only those of `kinds` when given (a replay that
-    needs few kinds then decodes no other payload)."""
+    needs few kinds then decodes no other payload), and none after `through` when given."""
     cur = conn.cursor(row_factory=_journal_event)
     fetch_payloads_raw(cur)
-    if kinds is None:
-        await cur.execute(f"SELECT {_COLUMNS} FROM journal WHERE position > %s ORDER BY position LIMIT %s",
-                          (position, limit))
-    else:
-        await cur.execute(f"SELECT {_COLUMNS} FROM journal WHERE position > %s AND kind = ANY(%s)"
-                          " ORDER BY position LIMIT %s", (position, kinds, limit))
+    where = "position > %s" + ("" if kinds is None else " AND kind = ANY(%s)") + (
+        "" if through is None else " AND position <= %s")
+    params = [position] + ([] if kinds is None else [kinds]) + ([] if through is None else [through])
+    await cur.execute(f"SELECT {_COLUMNS} FROM journal WHERE {where} ORDER BY position LIMIT %s", (*params, limit))
     return await cur.fetchall()
 
 
@@ -138,5 +136,7 @@ def _journal_event(cursor) -> RowMaker[JournalEvent]:
 
 
 async def head(conn: AsyncConnection) -> int:
+    """The last position. Every position up to it is settled (committed or never to be): an
+    append holds the journal lock from taking its positions through its commit."""
     cur = await conn.execute("SELECT coalesce(max(position), 0) FROM journal")
     return (await cur.fetchone())[0]

@@ -103,6 +103,8 @@ def record_request(accepted: dict[str, Any], corpus_id: str, enriched: bool) -> 
 
 class MonitorWorker(TableFold):
     name = "monitor"
+    reads = frozenset({ev.RECORD_AVAILABILITY_CHANGED, ev.RECORD_ENRICHED, me.SUBSCRIPTION_COMMITTED,
+                       ev.RECORD_WITHDRAWN})  # what `apply` folds
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

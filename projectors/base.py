@@ -38,6 +38,7 @@ from psycopg import AsyncConnection
 from contentsvc.config import Settings
 from contentsvc.journal import checkpoints
 from contentsvc.journal.events import JournalEvent
+from contentsvc.journal.store import first_position
 from contentsvc.journal.store import head as journal_head
 from contentsvc.journal.store import read_after
 from contentsvc.journal.store import transaction as journal_transaction
@@ -103,11 +104,17 @@ class Projector(ABC):
         return None
 
 
+# How far one step of a fold reading a few kinds looks past a batch holding none of them, in
+# batches: a stretch of other folds' events (a backlog's availability changes) is crossed in one
+# step, a durable commit of the checkpoint, rather than in one per batch_size positions.
+SPARSE_SCAN = 16
+
+
 async def next_batch(conn: AsyncConnection, position: int, size: int, kinds: frozenset[str] | None
                      ) -> tuple[list[JournalEvent], int, bool]:
     """The next batch after `position`: its events (of `kinds` alone, when given), the position
-    it reaches, and whether the journal holds more. A fold that reads a few kinds still moves
-    `size` positions at a time, and past the positions that hold none of them."""
+    it reaches, and whether the journal holds more. A fold that reads a few kinds moves `size`
+    positions at a time, and past a stretch holding none of them up to the next one it reads."""
     if kinds is None:
         events = await read_after(conn, position, size)
         return events, events[-1].position if events else position, len(events) == size
@@ -115,7 +122,12 @@ async def next_batch(conn: AsyncConnection, position: int, size: int, kinds: fro
     through = min(last, position + size)
     if through == position:
         return [], position, False
-    return await read_after(conn, position, size, sorted(kinds), through), through, through < last
+    events = await read_after(conn, position, size, sorted(kinds), through)
+    if not events and through < last:
+        reach = min(last, position + SPARSE_SCAN * size)
+        following = await first_position(conn, through, sorted(kinds), reach)
+        through = reach if following is None else following - 1
+    return events, through, through < last
 
 
 class PeriodicWorker(Projector):

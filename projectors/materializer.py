@@ -181,6 +181,9 @@ def _blob_parts(e: JournalEvent) -> list[dict[str, Any]]:
 class MaterializerProjector(TableFold):
     name = "materializer"
     reads = frozenset({ev.INGEST_ACCEPTED, ev.WITHDRAWAL_ACCEPTED})  # the commands it materializes
+    # Its append carries each Version's text and holds the journal lock, every other append
+    # waiting (27 ms at the median with 1,000 under batch ingest): half the usual step.
+    batch_size = 500
 
     def __init__(self, blob_root: Path, settings: Settings | None = None) -> None:
         self.blob_root = blob_root

@@ -116,6 +116,13 @@ async def read_after(conn: AsyncConnection, position: int, limit: int,
     return await cur.fetchall()
 
 
+async def first_position(conn: AsyncConnection, after: int, kinds: list[str], through: int) -> int | None:
+    """The first position after `after`, up to `through`, holding an event of `kinds`."""
+    cur = await conn.execute("SELECT min(position) FROM journal WHERE position > %s AND position <= %s"
+                             " AND kind = ANY(%s)", (after, through, kinds))
+    return (await cur.fetchone())[0]
+
+
 async def read_at(conn: AsyncConnection, positions: list[int]) -> dict[int, JournalEvent]:
     """The events at these positions, by position (work that waits keeps where its command is)."""
     cur = conn.cursor(row_factory=_journal_event)

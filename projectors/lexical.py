@@ -95,6 +95,9 @@ def _add(writer: LexicalWriter, live: projections.Live, e: JournalEvent) -> None
 class LexicalProjector(GenerationFold):
     name = KIND
     reads = frozenset({ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN, ev.CORPUS_CREATED, ev.OPERATION_CHANGED})
+    # Its currentness decision appends under the journal lock (12.7 ms at the median with 1,000
+    # positions under batch ingest), every other append waiting: half the usual step.
+    batch_size = 500
     announces_progress = True  # the API's searchers reload on it
     PURGE_EVERY_SECONDS = 1.0
     # Each step commits the Tantivy index (a new segment, fsynced): under a stream of single

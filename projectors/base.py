@@ -122,10 +122,11 @@ async def next_batch(conn: AsyncConnection, position: int, size: int, kinds: fro
     through = min(last, position + size)
     if through == position:
         return [], position, False
-    events = await read_after(conn, position, size, sorted(kinds), through)
+    wanted = sorted(kinds)
+    events = await read_after(conn, position, size, wanted, through)
     if not events and through < last:
         reach = min(last, position + SPARSE_SCAN * size)
-        following = await first_position(conn, through, sorted(kinds), reach)
+        following = await first_position(conn, through, wanted, reach)
         through = reach if following is None else following - 1
     return events, through, through < last
 

@@ -136,14 +136,13 @@ class LexicalProjector(GenerationFold):
             announced, state = await cur.fetchone()
         if state != "serving":  # a cutover happened: serve the new one next step
             raise GenerationRetired(generation.generation_id)
-        last = through
         fresh = [e for e in events if e.kind == ev.RECORD_ACCEPTED and not e.payload.quarantined
                  and e.position > max(announced, self.published)]
         if fresh:
             # A generation retired meanwhile announces nothing (its successor will, once).
             async with self.holding_generation(conn):
                 await conn.execute("UPDATE search_generations SET announced = %s WHERE generation_id = %s",
-                                   (last, generation.generation_id))
+                                   (through, generation.generation_id))
                 await append(conn, [currentness.availability_event(e, "building_baseline") for e in fresh])
 
         decisions = projections.Decisions()
@@ -156,13 +155,13 @@ class LexicalProjector(GenerationFold):
         if decisions.started or decisions.ended or any(e.kind in (ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN)
                                                        for e in events):
             apply_to_index(writer, events, self.live)
-            writer.commit(last)
+            writer.commit(through)
 
-        async with self.checkpointed(conn, last):
+        async with self.checkpointed(conn, through):
             await projections.record(conn, decisions)
             await currentness.publish(conn, [e for e in events if e.position > self.published],
                                       then=decisions.events())
-        self.published = max(self.published, last)
+        self.published = max(self.published, through)
 
     async def after_batch(self, conn: AsyncConnection, idle: bool) -> bool:
         pending = await self._retire_replaced(conn)

@@ -30,11 +30,17 @@ from contentsvc.projectors.base import ExternalFold, TableFold
 from contentsvc.projectors.runner import run
 
 
-async def append_events(url: str, n: int) -> None:
-    """n internal events (uploads that failed: no projector of the service acts on them)."""
-    events = [NewEvent(org_id="contract", subject_type="upload", subject_id=f"upl_{i}",
-                       payload=UploadFailed(upload_id=f"upl_{i}", error={"code": "upload_expired"},
-                                            failed_at="2024-01-01T00:00:00Z"))
+def failed_upload(upload_id: str) -> UploadFailed:
+    return UploadFailed(upload_id=upload_id, error={"code": "upload_expired"}, failed_at="2024-01-01T00:00:00Z")
+
+
+def received_upload(upload_id: str) -> UploadReceived:
+    return UploadReceived(upload_id=upload_id, size_bytes=1, sha256="0" * 64, received_at="2024-01-01T00:00:00Z")
+
+
+async def append_events(url: str, n: int, payload=failed_upload) -> None:
+    """n internal events (uploads that failed, by default: no projector of the service acts on them)."""
+    events = [NewEvent(org_id="contract", subject_type="upload", subject_id=f"upl_{i}", payload=payload(f"upl_{i}"))
               for i in (uuid.uuid4().hex for _ in range(n))]
     async with await AsyncConnection.connect(url, autocommit=True) as conn:
         async with journal_transaction(conn):
@@ -281,17 +287,6 @@ def test_a_step_that_leaves_a_transaction_open_is_rolled_back_and_the_next_commi
     assert [e for e in logs if e["event"] == "projector_step_left_transaction_open"][0]["projector"] == "leaky"
 
 
-async def append_received(url: str, n: int) -> None:
-    """n events of a kind the kind-reading folds below do not read."""
-    events = [NewEvent(org_id="contract", subject_type="upload", subject_id=f"upl_{i}",
-                       payload=UploadReceived(upload_id=f"upl_{i}", size_bytes=1, sha256="0" * 64,
-                                              received_at="2024-01-01T00:00:00Z"))
-              for i in (uuid.uuid4().hex for _ in range(n))]
-    async with await AsyncConnection.connect(url, autocommit=True) as conn:
-        async with journal_transaction(conn):
-            await append(conn, events)
-
-
 class FailedUploadsTally(Tally):
     reads = frozenset({UPLOAD_FAILED})
 
@@ -306,9 +301,9 @@ class FailedUploadsIndexed(Indexed):
 def test_a_fold_reading_a_few_kinds_gets_those_alone_and_moves_past_the_others(url, fold):
     async def scenario():
         await append_events(url, 10)
-        await append_received(url, 60)  # more than two batches' worth of positions holding nothing it reads
+        await append_events(url, 60, received_upload)  # more than two batches' positions holding none it reads
         await append_events(url, 30)
-        await append_received(url, 3)
+        await append_events(url, 3, received_upload)
         projector = fold()
         async with await AsyncConnection.connect(url) as conn:
             await projector.open(conn)

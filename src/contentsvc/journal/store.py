@@ -109,10 +109,15 @@ async def read_after(conn: AsyncConnection, position: int, limit: int,
     needs few kinds then decodes no other payload), and none after `through` when given."""
     cur = conn.cursor(row_factory=_journal_event)
     fetch_payloads_raw(cur)
-    where = "position > %s" + ("" if kinds is None else " AND kind = ANY(%s)") + (
-        "" if through is None else " AND position <= %s")
-    params = [position] + ([] if kinds is None else [kinds]) + ([] if through is None else [through])
-    await cur.execute(f"SELECT {_COLUMNS} FROM journal WHERE {where} ORDER BY position LIMIT %s", (*params, limit))
+    where, params = ["position > %s"], [position]
+    if kinds is not None:
+        where.append("kind = ANY(%s)")
+        params.append(kinds)
+    if through is not None:
+        where.append("position <= %s")
+        params.append(through)
+    await cur.execute(f"SELECT {_COLUMNS} FROM journal WHERE {' AND '.join(where)} ORDER BY position LIMIT %s",
+                      (*params, limit))
     return await cur.fetchall()
 
 

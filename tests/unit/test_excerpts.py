@@ -43,3 +43,23 @@ def test_the_window_holding_most_query_words_wins():
     text = "filler " * 60 + "malaria vaccines protect children " + "filler " * 60
     start, end = excerpt(text, query_terms("malaria vaccine children"))
     assert "malaria vaccines protect children" in text[start:end]
+
+
+def most_terms_start(hits: list[tuple[int, int, str]], window: int) -> int:
+    """The first hit start whose window holds the most distinct terms, counted from scratch."""
+    best_start, best_score = 0, 0
+    for start, _, _ in hits:
+        score = len({t for s, e, t in hits if s >= start and e - start <= window})
+        if score > best_score:
+            best_start, best_score = start, score
+    return best_start
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts, st.lists(words, min_size=1, max_size=6), st.integers(1, 300))
+def test_the_sliding_window_finds_the_window_with_most_distinct_terms(text, query_words, window):
+    # part 1 rule 20: the excerpt shows where the query's words are; the one-pass window
+    # agrees with counting every window from scratch
+    terms = query_terms(" ".join(query_words + text.split()[::3]))
+    hits = excerpts._hits(text, terms)
+    assert excerpts._best_window_start(hits, window) == most_terms_start(hits, window)

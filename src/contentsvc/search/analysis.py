@@ -44,11 +44,14 @@ def _bigrams(run: re.Match) -> str:
     return " " + " ".join(chars[i:i + 2] for i in range(len(chars) - 1)) + " "
 
 
+def holds_cjk(text: str) -> bool:
+    # Most text is ASCII: a C-speed test before the pattern's scan of every character.
+    return not text.isascii() and _CJK_RUN.search(text) is not None
+
+
 def cjk_bigrams(text: str) -> str:
     """`text` with every CJK run replaced by its space-separated bigrams (other text unchanged)."""
-    if text.isascii():  # most text, and a C-speed test against the pattern's scan of every character
-        return text
-    return _CJK_RUN.sub(_bigrams, text) if _CJK_RUN.search(text) else text
+    return _CJK_RUN.sub(_bigrams, text) if holds_cjk(text) else text
 
 
 def build_analyzer(stop_words: list[str] | None = None) -> tantivy.TextAnalyzer:

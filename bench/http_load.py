@@ -87,8 +87,14 @@ class LoadClient:
             self._idle.put_nowait(_Connection(url.hostname, url.port or 80))
 
     async def post(self, path: str, content: bytes, content_type: str = "application/json") -> Answer:
-        request = (b"POST " + path.encode() + b" HTTP/1.1\r\n" + self.headers
-                   + f"Content-Type: {content_type}\r\nContent-Length: {len(content)}\r\n\r\n".encode() + content)
+        return await self._send(b"POST " + path.encode() + b" HTTP/1.1\r\n" + self.headers
+                                + f"Content-Type: {content_type}\r\nContent-Length: {len(content)}\r\n\r\n".encode()
+                                + content)
+
+    async def get(self, path: str) -> Answer:
+        return await self._send(b"GET " + path.encode() + b" HTTP/1.1\r\n" + self.headers + b"\r\n")
+
+    async def _send(self, request: bytes) -> Answer:
         connection = await self._idle.get()
         try:
             return await connection.send(request)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import re
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ import psycopg
 import tantivy
 
 from contentsvc.bench.driver import DATASETS, RESULTS_DIR, BenchError, Run, closing_lines, meets, write_results
-from contentsvc.bench.search import API_MAX_LIMIT, ingest_all, load_dataset, ndcg_at, score
+from contentsvc.bench.search import API_MAX_LIMIT, ingest_all, load_dataset, ndcg_at, raw_query, score
 from contentsvc.bench.service import OwnService, api_client, create_corpus
 from contentsvc.search.fusion import Fusion
 from contentsvc.search.service import FUSIONS
@@ -103,8 +102,8 @@ def raw_engine(docs: list[dict], queries: dict[str, str], qrels: dict) -> dict:
     searcher = index.searcher()
     rankings = {}
     for qid in qrels:
-        words = re.sub(r"[^\w\s]+", " ", queries[qid].lower()).split()
-        hits = searcher.search(index.parse_query(" ".join(words), ["text"]), 100).hits if words else []
+        query = raw_query(index, queries[qid])
+        hits = searcher.search(query, 100).hits if query is not None else []
         rankings[qid] = [searcher.doc(address)["id"][0] for _, address in hits]
     return {**score(rankings, qrels), **score(rankings, qrels, 100)}
 

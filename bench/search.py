@@ -19,6 +19,7 @@ import asyncio
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -223,9 +224,17 @@ def current_texts(conn: psycopg.Connection) -> list[str]:
             for (manifest,) in rows]
 
 
-def raw_tantivy_rate(texts: list[str]) -> dict:
-    """The replay's ceiling, measured in the same run: Tantivy alone indexing the same texts (one
-    document each, one en_stem field), with the replay's writer threads and heap, committed to disk."""
+def raw_query(index: tantivy.Index, text: str) -> tantivy.Query | None:
+    """A natural query for raw Tantivy: its words, punctuation dropped, OR'ed over `text`."""
+    words = re.sub(r"[^\w\s]+", " ", text.lower()).split()
+    return index.parse_query(" ".join(words), ["text"]) if words else None
+
+
+def raw_tantivy(texts: list[str], queries: list[str]) -> dict:
+    """The ceilings of the replay and of a lexical search, measured in the same run: Tantivy alone
+    indexing the same texts (one document each, one en_stem field) with the replay's writer
+    threads and heap, committed to disk; then answering the same queries (top 10, in this process,
+    no HTTP, no filters, no excerpts)."""
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("text", tokenizer_name="en_stem")
     folder = tempfile.mkdtemp(prefix="contentsvc-bench-raw-tantivy-")
@@ -239,12 +248,33 @@ def raw_tantivy_rate(texts: list[str]) -> dict:
         writer.commit()
         writer.wait_merging_threads()
         seconds = time.perf_counter() - started
+        index.reload()
+        searcher, latencies = index.searcher(), []
+        for text in queries:
+            began = time.perf_counter()
+            if (query := raw_query(index, text)) is not None:
+                searcher.search(query, 10, count=False)
+            latencies.append((time.perf_counter() - began) * 1000)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    return {"docs": len(texts), "seconds": round(seconds, 2), "docs_per_s": round(len(texts) / seconds, 1)}
+    return {"docs": len(texts), "seconds": round(seconds, 2), "docs_per_s": round(len(texts) / seconds, 1),
+            "query_latency": latency_summary(latencies)}
 
 
-async def replay_rate(database_url: str, home: str, cap_s: float) -> dict:
+async def http_floor(load: LoadClient, requests: int) -> dict:
+    """The HTTP stack's own share of a search's latency, measured in the same run: an authenticated
+    GET of the search profiles (no database, no index) through the same client, one at a time."""
+    latencies = []
+    for _ in range(requests):
+        began = time.perf_counter()
+        answer = await load.get("/v0/search/profiles")
+        latencies.append((time.perf_counter() - began) * 1000)
+        if answer.status_code != 200:
+            raise BenchError(f"listSearchProfiles: {answer.status_code} {answer.text[:300]}")
+    return latency_summary(latencies)
+
+
+async def replay_rate(database_url: str, home: str, cap_s: float, queries: list[str]) -> dict:
     """`projector replay lexical` in this process: fold from position 0 and cut over, timed, and
     its raw ceiling. Both on a quiet service: every fold has caught up first (when the freshness
     phase ends its Records are still being indexed and embedded, which took the cores the replay
@@ -255,7 +285,7 @@ async def replay_rate(database_url: str, home: str, cap_s: float) -> dict:
         await folds_caught_up(conn, cap_s)
     with psycopg.connect(database_url, autocommit=True) as conn:
         texts = current_texts(conn)
-    raw = raw_tantivy_rate(texts)
+    raw = raw_tantivy(texts, queries)
     started = time.perf_counter()
     await replay_lexical(database_url, Path(home))
     seconds = time.perf_counter() - started
@@ -294,6 +324,7 @@ async def run(args, clock: Run) -> dict:
                 report["modes"][mode] = {**score(rankings, qrels), "errors": errors + errors1 + errors8,
                                          "latency_c1": latency_summary(lat1), "latency_c8": latency_summary(lat8),
                                          "throughput_c8_qps": round(len(queries) / wall8, 1)}
+            report["http_floor"] = await http_floor(load, len(queries))
             await load.aclose()
             report["query_client"] = "bench/http_load.py LoadClient: keep-alive HTTP/1.1, one request per connection"
             print("[bench search] postgres full-text baseline ...", file=sys.stderr)
@@ -301,7 +332,7 @@ async def run(args, clock: Run) -> dict:
             print("[bench search] freshness ...", file=sys.stderr)
             report["freshness"] = await freshness(client, args.fresh_seconds, args.fresh_rate)
         print("[bench search] replay ...", file=sys.stderr)
-        report["replay"] = await replay_rate(target.database_url, home, args.cap)
+        report["replay"] = await replay_rate(target.database_url, home, args.cap, list(queries.values()))
     finally:
         service.stop()
     lex, hyb = report["modes"]["lexical"], report["modes"]["hybrid"]
@@ -309,6 +340,9 @@ async def run(args, clock: Run) -> dict:
     report["ratios"] = {
         "lexical_ndcg_vs_postgres_fts": round(lex["ndcg@10"] / fts["ndcg@10"], 3) if fts["ndcg@10"] else None,
         "lexical_p50_vs_postgres_fts_p50": round(lex["latency_c1"]["p50_ms"] / fts["latency_c1"]["p50_ms"], 2),
+        # What of a search's p50 is neither HTTP nor the engine: reading, authorizing, excerpting.
+        "lexical_p50_minus_http_floor_ms": round(lex["latency_c1"]["p50_ms"] - report["http_floor"]["p50_ms"], 2),
+        "raw_tantivy_query_p50_ms": report["replay"]["raw_tantivy"]["query_latency"]["p50_ms"],
     }
     report["targets"] = {
         "lexical_ndcg10_vs_published_bm25": [lex["ndcg@10"], ">=", PUBLISHED_BM25_NDCG10],
@@ -339,6 +373,8 @@ def summary(report: dict) -> str:
     f = report["postgres_fts"]
     lines.append(f"pg fts    nDCG@10 {f['ndcg@10']:.4f}  recall@{API_MAX_LIMIT} {f[f'recall@{API_MAX_LIMIT}']:.4f}"
                  f"  c=1 p50 {f['latency_c1']['p50_ms']} p99 {f['latency_c1']['p99_ms']} ms (SQL, no HTTP)")
+    lines.append(f"http floor (GET /v0/search/profiles, c=1) p50 {report['http_floor']['p50_ms']}"
+                 f" p99 {report['http_floor']['p99_ms']} ms")
     lines.append(f"ratios    {report['ratios']}")
     lines.append(f"freshness {report['freshness']}")
     lines.append(f"replay    {report['replay']}")

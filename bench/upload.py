@@ -277,7 +277,7 @@ def summary_text(report: dict[str, Any]) -> str:
     lines.append(f"PUT / client alone  {res['put_to_client_alone_ratio']} (the fastest any server could take "
                  f"this client's bytes)")
     lines.append(f"PUT / store alone   {res['put_to_store_alone_ratio']} (hashing and writing without HTTP, "
-                 f"one thread)")
+                 f"in two threads as the store does)")
     lines.append(f"API RSS             peak growth {fmt(res['put']['peak_rss_growth_mib'])} MiB over "
                  f"{res['put']['runs'][0]['rss_baseline_mib']} MiB (sampled every {int(SAMPLE_S * 1000)} ms, "
                  f"pid {res['api_pid']})")

@@ -124,14 +124,16 @@ def test_pipelined_writer_keeps_order_and_digest(sizes):
         for n in sizes:
             await pipe.write(data[offset:offset + n])
             offset += n
-        await pipe.close()  # several 1 KiB batches were queued for the writer's thread at once
+        await pipe.close()  # several 1 KiB batches were queued for the hashing and writing threads at once
         written = w.size, w.hexdigest()
+        key = w.commit()
         await pipe.abort()
-        return written
+        return written, store.open_read(key).read()
 
     with tempfile.TemporaryDirectory() as root:
-        size, digest = asyncio.run(run(Path(root)))
-        assert size == len(data) and digest == hashlib.sha256(data).hexdigest()
+        (size, digest), stored = asyncio.run(run(Path(root)))
+        # the hashing thread and the writing thread each took every batch, in order
+        assert size == len(data) and digest == hashlib.sha256(data).hexdigest() and stored == data
 
 
 def test_a_failed_write_leaves_no_file_and_no_write_running(tmp_path):
@@ -139,15 +141,15 @@ def test_a_failed_write_leaves_no_file_and_no_write_running(tmp_path):
     # for every queued write before it closes and drops the file.
     store = FilesystemBlobStore(tmp_path)
     w = store.writer()
-    real_write, calls = w.write, []
+    real_store, calls = w.store, []
 
-    def failing_write(chunk: bytes) -> None:
+    def failing_store(chunk: bytes) -> None:
         calls.append(len(chunk))
         if len(calls) == 3:
             raise OSError(28, "No space left on device")
-        real_write(chunk)
+        real_store(chunk)
 
-    w.write = failing_write
+    w.store = failing_store
 
     async def run():
         pipe = PipelinedWriter(w, chunk_size=1024)

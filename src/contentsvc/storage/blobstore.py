@@ -58,6 +58,13 @@ class BlobWriter(Protocol):
     def write(self, chunk: bytes) -> None:
         """Hash, count and store one chunk."""
 
+    def hash(self, chunk: bytes) -> None:
+        """The hashing half of write: the two halves may run in two threads at once, each
+        given the chunks in order."""
+
+    def store(self, chunk: bytes) -> None:
+        """The counting and storing half of write."""
+
     def hexdigest(self) -> str:
         """SHA-256 (lowercase hex) of everything written so far."""
 
@@ -126,10 +133,16 @@ class FilesystemWriter:
         return self._size
 
     def write(self, chunk: bytes) -> None:
+        self.hash(chunk)
+        self.store(chunk)
+
+    def hash(self, chunk: bytes) -> None:
+        self._hash.update(chunk)
+
+    def store(self, chunk: bytes) -> None:
         if self._fd is None:
             raise ValueError("writer is closed")
         view = memoryview(chunk)
-        self._hash.update(view)
         while view:
             written = os.write(self._fd, view)
             view = view[written:]
@@ -223,12 +236,14 @@ class PipelinedWriter:
     """Feeds a BlobWriter from async code, about 1 MiB at a time.
 
     Received chunks are collected (not copied) until about chunk_size
-    bytes, then hashed and written in the upload's own worker thread
-    (hashlib and os.write release the GIL) while the event loop receives
-    the next ones. Up to IN_FLIGHT batches wait for that thread, so neither
-    side stalls the other on every batch: with one, each side was idle half
-    the time (the event loop used 0.4 of a core, the thread 0.66), and a
-    stalled event loop stops reading the socket, which stalls the sender.
+    bytes, then hashed in one of the upload's own threads and written in
+    the other (hashlib and os.write release the GIL) while the event loop
+    receives the next ones, so bytes are stored at the pace of the slower of
+    the two rather than their sum (docs/decisions.md, uploads). Up to IN_FLIGHT
+    batches wait for those threads, so neither side stalls the other on
+    every batch: with one, each side was idle half the time (the event loop
+    used 0.4 of a core, the thread 0.66), and a stalled event loop stops
+    reading the socket, which stalls the sender.
     Memory stays at about IN_FLIGHT + 1 batches whatever the Blob's size,
     and a slow disk slows the sender down instead of filling memory.
     """
@@ -241,15 +256,21 @@ class PipelinedWriter:
         self._batch: list[bytes] = []
         self._batch_bytes = 0
         self._pending: collections.deque[asyncio.Future] = collections.deque()
-        # One thread per upload: its batches are hashed and written in order.
+        # Two threads per upload, each taking the batches in order: one hashes them while the
+        # other writes them, so a Blob is stored at the slower one's pace, not at their sum's.
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="blob-writer")
+        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="blob-hasher")
 
-    def _write_batch(self, batch: list[bytes]) -> None:
+    def _hash_batch(self, batch: list[bytes]) -> None:
         for chunk in batch:
-            self.writer.write(chunk)
+            self.writer.hash(chunk)
 
-    def _in_thread(self, fn, *args) -> asyncio.Future:
-        return asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+    def _store_batch(self, batch: list[bytes]) -> None:
+        for chunk in batch:
+            self.writer.store(chunk)
+
+    def _in_thread(self, fn, *args, thread: ThreadPoolExecutor | None = None) -> asyncio.Future:
+        return asyncio.get_running_loop().run_in_executor(thread or self._thread, fn, *args)
 
     async def write(self, data: bytes) -> None:
         if not data:
@@ -263,7 +284,8 @@ class PipelinedWriter:
         """Queue the filling batch, then wait until at most `keep` batches are queued."""
         if self._batch:
             batch, self._batch, self._batch_bytes = self._batch, [], 0
-            self._pending.append(self._in_thread(self._write_batch, batch))
+            self._pending.append(asyncio.gather(self._in_thread(self._hash_batch, batch, thread=self._hasher),
+                                                self._in_thread(self._store_batch, batch)))
         while len(self._pending) > keep:
             await self._pending.popleft()
 
@@ -284,3 +306,4 @@ class PipelinedWriter:
             await self._in_thread(self.writer.abort)
         finally:
             self._thread.shutdown(wait=False)
+            self._hasher.shutdown(wait=False)

@@ -234,8 +234,8 @@ def _terms_query(index: tantivy.Index, layout: Layout, query_text: str) -> tanti
 
 
 def _any_of(field: str, values: list[str]) -> tantivy.Query:
-    # A disjunction of term queries, not term_set_query: as a filter beside the scored terms it
-    # took 489 us a SciFact search against 245 (term_set_query builds an automaton per search).
+    # A disjunction of term queries, not term_set_query: as the filter beside the scored terms,
+    # term_set_query made a SciFact search take 489 us against 245 (the text query alone: 144).
     terms = [tantivy.Query.term_query(SCHEMA, field, value) for value in values]
     return terms[0] if len(terms) == 1 else tantivy.Query.boolean_query([(tantivy.Occur.Should, t) for t in terms])
 

@@ -24,6 +24,9 @@ import psycopg
 import pytest
 
 from contentsvc.auth import keys
+from contentsvc.auth.principal import Principal
+from contentsvc.domain.models import SearchRequest
+from contentsvc.search import lexical_index
 from contentsvc.search import service as search_service
 from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, text_command, wait_resolved
 
@@ -281,6 +284,37 @@ def test_hydration_reads_texts_only_for_the_page_and_fills_a_deeper_hit(api, dat
     assert set(before) == set(versions)
     assert before[versions[2]] is not None and before[versions[0]] is None and before[versions[1]] is None
     assert [after[v]["body"] for v in versions] == [f"{tok} text number {i}" for i in range(3)]
+
+
+def test_a_page_of_stale_candidates_widens_the_search(api, database_url, org):
+    # part 1 rule 20: hits are only current, authorized Versions, however far the index is behind;
+    # decisions.md Search: a lexical page asks the index for limit + 10 candidates, and four times
+    # as many again (up to three rounds) while too few of them are current.
+    corpus = create_corpus(api, _cid())
+    tok = _token()
+    receipts = ingest_batch(api, [text_command(corpus, f"w{i}", f"{tok} current {i}") for i in range(12)])
+    current = [wait_searchable(api, receipt) for receipt in receipts]
+    # Ranked first: 25 Versions the index still holds but the read model no longer serves
+    # (replaced or withdrawn since), as between a commit and the lexical fold's catching up.
+    ranked = [lexical_index.Candidate(f"ver_stale{i:02d}", f"rec_stale{i:02d}", "body", 0, 9.0) for i in range(25)]
+    ranked += [lexical_index.Candidate(r["version_id"], r["record_id"], "body", 0, 1.0 - i / 100)
+               for i, r in enumerate(current)]
+    asked: list[int] = []
+
+    async def fetch(n: int):
+        asked.append(n)
+        return ranked[:n]
+
+    async def rank():
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            principal = Principal(key_id="key_test", org_id=org, actions=frozenset({"search:query"}), corpora=None)
+            request = SearchRequest(query=tok, corpus_ids=[corpus], mode="lexical", limit=10)
+            return await search_service._ranked(conn, principal, request, fetch, request.limit + 10)
+
+    best, hydrated = asyncio.run(rank())
+    assert asked == [20, 80]  # 20 stale candidates, then all 37
+    assert [c.version_id for c in best] == [r["version_id"] for r in current]
+    assert all(hydrated[c.version_id].parts is not None for c in best[:10])
 
 
 def test_query_words_are_never_query_syntax(api):

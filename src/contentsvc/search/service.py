@@ -285,7 +285,9 @@ async def _ranked(conn: AsyncConnection, p: Principal, req: SearchRequest, fetch
 async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: VectorSearcher, p: Principal,
                 req: SearchRequest, with_vectors: list[str], routed: list[str],
                 lexical_generation: str | None) -> list[SearchHit]:
-    wanted = req.limit * 2 + 10
+    # A fused list draws on both lists beyond the page; a lexical page needs only its hits and some
+    # slack for stale candidates (a widening round asks for more when too many were stale).
+    wanted = req.limit + 10 if req.mode == "lexical" else req.limit * 2 + 10
     namespaces = req.filter.source_namespaces if req.filter else None
     lexical_ranked, semantic_ranked, hydrated = [], [], {}
     if req.mode in ("lexical", "hybrid"):

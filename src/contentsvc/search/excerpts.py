@@ -51,7 +51,6 @@ def _candidate_words(terms: frozenset[str]) -> re.Pattern:
     return re.compile(rf"(?<!\w)(?:(?:{heads})\w*|\w*[^\W\x00-\u024f]\w*)", re.IGNORECASE)
 
 
-_WORD_REST = re.compile(r"\w*")
 
 
 def _word_starts(lowered: str, heads: tuple[str, ...]) -> list[int]:
@@ -75,7 +74,7 @@ def _hits(text: str, terms: frozenset[str]) -> list[tuple[int, int, str]]:
     # Lowercasing keeps every offset when it keeps the length (it never shortens a text).
     if not analysis.holds_cjk(text) and len(lowered := text.lower()) == len(text):
         hits = []
-        word_end = _WORD_REST.match  # bound once: this loop is most of an excerpt's time
+        word_end = _WORD.match  # bound once: this loop is most of an excerpt's time
         for start in _word_starts(lowered, _heads(terms)):
             end = word_end(lowered, start).end()
             for term in _terms(text[start:end].lower()):

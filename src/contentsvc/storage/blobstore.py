@@ -269,8 +269,8 @@ class PipelinedWriter:
         for chunk in batch:
             self.writer.store(chunk)
 
-    def _in_thread(self, fn, *args, thread: ThreadPoolExecutor | None = None) -> asyncio.Future:
-        return asyncio.get_running_loop().run_in_executor(thread or self._thread, fn, *args)
+    def _in_thread(self, fn, *args) -> asyncio.Future:
+        return asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     async def write(self, data: bytes) -> None:
         if not data:
@@ -284,8 +284,8 @@ class PipelinedWriter:
         """Queue the filling batch, then wait until at most `keep` batches are queued."""
         if self._batch:
             batch, self._batch, self._batch_bytes = self._batch, [], 0
-            self._pending.append(asyncio.gather(self._in_thread(self._hash_batch, batch, thread=self._hasher),
-                                                self._in_thread(self._store_batch, batch)))
+            hashed = asyncio.get_running_loop().run_in_executor(self._hasher, self._hash_batch, batch)
+            self._pending.append(asyncio.gather(hashed, self._in_thread(self._store_batch, batch)))
         while len(self._pending) > keep:
             await self._pending.popleft()
 

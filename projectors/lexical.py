@@ -125,6 +125,7 @@ class LexicalProjector(GenerationFold):
         if self.writer.layout is not lexical_index.CURRENT:
             log.warning("lexical_generation_outdated", generation=generation.generation_id,
                         analyzer=self.writer.layout.analyzer, current=lexical_index.CURRENT.analyzer,
+                        segments_stored=self.writer.layout.stores_segments,
                         remedy="contentsvc projector replay lexical")
         return position
 

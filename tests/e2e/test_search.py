@@ -286,6 +286,31 @@ def test_hydration_reads_texts_only_for_the_page_and_fills_a_deeper_hit(api, dat
     assert [after[v]["body"] for v in versions] == [f"{tok} text number {i}" for i in range(3)]
 
 
+def test_an_excerpt_without_a_stored_segment_is_cut_from_the_version(api, database_url, org):
+    # part1 "Agent-tool result shapes" (text == part_text[start:end]); decisions.md Search
+    # (excerpts): a hit whose segment text the lexical index does not hold (an index built
+    # before it stored them) has its segment cut from the Version's Part text, read then.
+    corpus = create_corpus(api, _cid())
+    tok = _token()
+    text = _filler(4500) + f" {tok} " + _filler(3000)
+    receipt = wait_searchable(api, ingest(api, text_command(corpus, "fallback", text)))
+    hit = only(search(api, tok, [corpus], mode="lexical"))
+    start = hit["excerpt"]["start"]
+    assert start > 0 and text[start:hit["excerpt"]["end"]] == hit["excerpt"]["text"]
+    segment_start = max(s.start for s in lexical_index.segments_of(
+        {"parts": [{"key": "body", "role": "body", "content": {"kind": "text", "text": text}}]})[1] if s.start <= start)
+
+    async def cut():
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            hydrated = await search_service._hydrate(conn, org, [corpus], [receipt["version_id"]], None, texts=0)
+            page = [search_service.Ranked(receipt["version_id"], receipt["record_id"], "body", segment_start, 1.0)]
+            return await search_service._segment_texts(conn, hydrated, page, None, None, {})
+
+    segments = asyncio.run(cut())
+    assert segments == {(receipt["version_id"], "body", segment_start): lexical_index.segment_at(text, segment_start)}
+    assert tok in segments[receipt["version_id"], "body", segment_start]
+
+
 def test_a_page_of_stale_candidates_widens_the_search(api, database_url, org):
     # part 1 rule 20: hits are only current, authorized Versions, however far the index is behind;
     # decisions.md Search: a lexical page asks the index for limit + 10 candidates, and four times
@@ -309,7 +334,8 @@ def test_a_page_of_stale_candidates_widens_the_search(api, database_url, org):
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
             principal = Principal(key_id="key_test", org_id=org, actions=frozenset({"search:query"}), corpora=None)
             request = SearchRequest(query=tok, corpus_ids=[corpus], mode="lexical", limit=10)
-            return await search_service._ranked(conn, principal, request, fetch, request.limit + 10)
+            return await search_service._ranked(conn, principal, request, fetch, request.limit + 10,
+                                                request.limit)
 
     best, hydrated = asyncio.run(rank())
     assert asked == [20, 80]  # 20 stale candidates, then all 37

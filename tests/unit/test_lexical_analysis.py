@@ -11,8 +11,9 @@ from hypothesis import given, strategies as st
 
 from contentsvc.domain.retrieval import DEFAULT_RETRIEVAL
 from contentsvc.search import analysis, lexical_index
-from contentsvc.search.lexical_index import CURRENT, LEGACY, LexicalWriter
+from contentsvc.search.lexical_index import CURRENT, LEGACY, ONE_FIELD, LexicalWriter
 from tests.unit.test_retrieval import PAYLOAD
+import msgspec
 
 CJK_CHARS = st.sampled_from("東京都北京大学研究者にいるのカタカナ한국어분석")
 LATIN_WORDS = st.from_regex(r"[a-z]{1,12}", fullmatch=True)
@@ -64,3 +65,40 @@ def test_an_index_built_with_the_earlier_layout_keeps_its_analysis(tmp_path):
     _write(tmp_path)  # the writer adds in the index's own layout
     assert _search(tmp_path, "body") == (LEGACY, ["rec_x"])
     assert _search(tmp_path, "the")[1] == []  # a stop word there, as it always was
+
+
+def test_a_new_index_keeps_each_segment_text_for_the_excerpts(tmp_path):
+    # part1 "Agent-tool result shapes" (excerpt offsets in code points, text the exact slice):
+    # the stored segment is the Part's text from segment_start, so an excerpt cut from it is.
+    text = ("naïve 😀 東京 crème " * 700) + "needle " + ("señor 🏳️‍🌈 " * 500)
+    payload = msgspec.structs.replace(PAYLOAD, manifest={"parts": [
+        {"key": "body", "role": "body", "content": {"kind": "text", "text": text}}]})
+    writer = LexicalWriter(tmp_path)
+    writer.add_version("org", "proj", DEFAULT_RETRIEVAL, payload)
+    writer.commit(1)
+    writer.close()
+    index, layout = lexical_index.open_index(tmp_path)
+    assert layout is CURRENT
+    _, segments = lexical_index.segments_of(payload.manifest)
+    assert len(segments) >= 3
+    [hit] = lexical_index.search(index, layout, "org", ["proj"], "needle", 10)
+    assert hit.text == text[hit.segment_start:hit.segment_start + len(hit.text)] == \
+        lexical_index.segment_at(text, hit.segment_start)
+    assert "needle" in hit.text
+    # The segments another retriever found, looked up by their keys; one the index lacks is left out.
+    wanted = [("proj", "ver_x", "body", s.start) for s in segments] + [("proj", "ver_gone", "body", 0)]
+    found = lexical_index.stored_segments(index, layout, wanted)
+    assert found == {("proj", "ver_x", "body", s.start): s.text for s in segments}
+
+
+def test_an_index_built_before_segments_were_stored_leaves_them_to_the_version(tmp_path):
+    # Created with one text field but no stored segments: searched as it is, its hits carry no
+    # text, and the search service cuts their excerpts from the Versions' texts.
+    index = tantivy.Index(ONE_FIELD.schema(), path=str(tmp_path))
+    del index
+    _write(tmp_path)
+    index, layout = lexical_index.open_index(tmp_path)
+    assert layout is ONE_FIELD
+    [hit] = lexical_index.search(index, layout, "org", ["proj"], "titles bodies", 10)
+    assert (hit.record_id, hit.text) == ("rec_x", None)
+    assert lexical_index.stored_segments(index, layout, [("proj", "ver_x", "body", 0)]) == {}

@@ -242,7 +242,8 @@ async def search(conn: AsyncConnection, routes: CorpusRoutes, lexical: LexicalSe
         await vectors.check_query_window(req.query)
     try:
         items = await asyncio.wait_for(_hits(conn, lexical, vectors, p, req, with_vectors, routed,
-                                             lexical_generation),
+                                             lexical_generation, {c.corpus_id: c.projection_generation_id
+                                                                  for c in corpora}),
                                        profile.max_latency_ms / 1000)
     except asyncio.TimeoutError:
         raise ApiError(504, "search_deadline_exceeded",
@@ -260,18 +261,19 @@ class Ranked:
     part_key: str
     segment_start: int
     score: float
+    text: str | None = None  # the segment's text, where the lexical index stores it
 
 
-async def _ranked(conn: AsyncConnection, p: Principal, req: SearchRequest, fetch, wanted: int,
+async def _ranked(conn: AsyncConnection, p: Principal, req: SearchRequest, fetch, wanted: int, texts: int,
                   rounds: int = CANDIDATE_ROUNDS) -> tuple[list, dict]:
-    """Candidates from `fetch(n)`, hydrated and collapsed per Version, asking for more when
-    too many were stale (up to `rounds`)."""
+    """Candidates from `fetch(n)`, hydrated (with the Part texts of the first `texts` Versions)
+    and collapsed per Version, asking for more when too many were stale (up to `rounds`)."""
     hydrated: dict = {}
     best: dict[str, Ranked] = {}
     for _ in range(rounds):
         candidates = await fetch(wanted)
         hydrated = await _hydrate(conn, p.org_id, req.corpus_ids, list(dict.fromkeys(c.version_id for c in candidates)),
-                                  req.filter.source_namespaces if req.filter else None, req.limit)
+                                  req.filter.source_namespaces if req.filter else None, texts)
         best = {}
         for c in candidates:  # best segment per Version, in score order
             if c.version_id in hydrated and c.version_id not in best:
@@ -284,21 +286,26 @@ async def _ranked(conn: AsyncConnection, p: Principal, req: SearchRequest, fetch
 
 async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: VectorSearcher, p: Principal,
                 req: SearchRequest, with_vectors: list[str], routed: list[str],
-                lexical_generation: str | None) -> list[SearchHit]:
+                lexical_generation: str | None, projection_of: dict[str, str]) -> list[SearchHit]:
     # A fused list draws on both lists beyond the page; a lexical page needs only its hits and some
     # slack for stale candidates (a widening round asks for more when too many were stale).
     wanted = req.limit + 10 if req.mode == "lexical" else req.limit * 2 + 10
     namespaces = req.filter.source_namespaces if req.filter else None
     lexical_ranked, semantic_ranked, hydrated = [], [], {}
-    if req.mode in ("lexical", "hybrid"):
+    # The lexical index serves the excerpts' segment texts too, where it stores them; else the
+    # hydration reads the Part texts of the page's Versions.
+    if req.mode == "semantic":
+        index, layout = _segment_store(lexical, lexical_generation, routed)
+    else:
         index, layout = lexical.index(lexical_generation, routed)
-
+    texts = 0 if layout is not None and layout.stores_segments else req.limit
+    if req.mode in ("lexical", "hybrid"):
         # On the event loop, not in a worker thread: the hop cost more than the search (a c=1
         # probe: p50 4.4 -> 4.2 ms; at c=8: 300 -> 390 searches/s, p99 45 -> 28 ms).
         async def fetch_lexical(n: int):
             return lexical_index.search(index, layout, p.org_id, routed, req.query, n, namespaces)
 
-        lexical_ranked, found = await _ranked(conn, p, req, fetch_lexical, wanted)
+        lexical_ranked, found = await _ranked(conn, p, req, fetch_lexical, wanted, texts)
         hydrated.update(found)
     if req.mode == "semantic":
         uncovered = await current_vectors.uncovered(conn, vector_index.SPACE, p.org_id, with_vectors)
@@ -314,7 +321,7 @@ async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vector
             return await _semantic_candidates(conn, vectors, query_vector, p.org_id, with_vectors, namespaces, n)
 
         # Candidates are in scope before ranking: no widening round can add any.
-        semantic_ranked, found = await _ranked(conn, p, req, fetch_semantic, wanted, rounds=1)
+        semantic_ranked, found = await _ranked(conn, p, req, fetch_semantic, wanted, texts, rounds=1)
         hydrated.update(found)
 
     if req.mode == "hybrid":
@@ -325,20 +332,48 @@ async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vector
     lexical_rank = {r.version_id: i for i, r in enumerate(lexical_ranked, start=1)}
     semantic_rank = {r.version_id: i for i, r in enumerate(semantic_ranked, start=1)}
     page = fused[: req.limit]
-    await _fill_texts(conn, hydrated, [r.version_id for r, _ in page])
+    segments = await _segment_texts(conn, hydrated, [r for r, _ in page], index, layout, projection_of)
     terms = query_terms(req.query)
     hits = []
     for rank, (r, score) in enumerate(page, start=1):
-        text = hydrated[r.version_id].parts.get(r.part_key, "")
-        segment = text[r.segment_start: r.segment_start + lexical_index.SEGMENT_CHARS]
+        segment = segments[r.version_id, r.part_key, r.segment_start]
         start, end = excerpt(segment, terms, offset=r.segment_start)
         hits.append(SearchHit(
             rank=rank, record_id=r.record_id, version_id=r.version_id, part_key=r.part_key,
-            excerpt=Excerpt(text=text[start:end], start=start, end=end),
+            excerpt=Excerpt(text=segment[start - r.segment_start:end - r.segment_start], start=start, end=end),
             explanation=Explanation(lexical_rank=lexical_rank.get(r.version_id),
                                     semantic_rank=semantic_rank.get(r.version_id), score=round(score, 6)),
         ))
     return hits
+
+
+def _segment_store(lexical: LexicalSearcher, generation_id: str | None,
+                   routed: list[str]) -> tuple[tantivy.Index | None, lexical_index.Layout | None]:
+    """The lexical index, for the segment texts of a semantic page; none when it cannot be
+    opened (a semantic search does not depend on it: the hydration reads the texts instead)."""
+    try:
+        return lexical.index(generation_id, routed)
+    except ApiError:
+        return None, None
+
+
+async def _segment_texts(conn: AsyncConnection, hydrated: dict[str, Hydrated], page: list, index, layout,
+                         projection_of: dict[str, str]) -> dict[tuple[str, str, int], str]:
+    """The text of each hit's segment, by (version_id, part_key, segment_start): as the lexical
+    index returned it, else looked up in that index (a hit only the semantic list holds), else
+    cut from the Version's Part text."""
+    out = {(r.version_id, r.part_key, r.segment_start): r.text for r in page if r.text is not None}
+    if layout is not None and layout.stores_segments:
+        lookups = [(projection_of[hydrated[r.version_id].corpus_id], r.version_id, r.part_key, r.segment_start)
+                   for r in page if (r.version_id, r.part_key, r.segment_start) not in out]
+        for (_, version_id, part_key, start), text in lexical_index.stored_segments(index, layout, lookups).items():
+            out[version_id, part_key, start] = text
+    missing = [r for r in page if (r.version_id, r.part_key, r.segment_start) not in out]
+    await _fill_texts(conn, hydrated, [r.version_id for r in missing])
+    for r in missing:
+        text = hydrated[r.version_id].parts.get(r.part_key, "")
+        out[r.version_id, r.part_key, r.segment_start] = lexical_index.segment_at(text, r.segment_start)
+    return out
 
 
 async def _semantic_candidates(conn: AsyncConnection, vectors: VectorSearcher, query_vector, org_id: str,

@@ -8,7 +8,9 @@ once, in increasing position order.
 """
 
 import asyncio
+import socket
 
+import msgspec
 import psycopg
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -113,3 +115,31 @@ def test_an_append_notifies_every_listener_and_its_families_channels(database_ur
         asyncio.run(append_both())
         channels = sorted(n.channel for n in listener.notifies(timeout=2.0, stop_after=3))
     assert channels == ["contentsvc_journal", "contentsvc_journal_connectortest", "contentsvc_journal_test"]
+
+
+class Sized(EventPayload, kw_only=True, tag="test.sized"):
+    text: str
+
+
+async def _append_large(url: str, chars: int) -> int:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        # A send buffer of a few KiB: the socket takes a transaction of megabytes a little at a
+        # time, as a busy server that reads slowly makes it do.
+        sock = socket.socket(fileno=conn.pgconn.socket)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        sock.detach()
+        event = NewEvent(org_id="order-test", subject_type="test", subject_id="large", payload=Sized(text="x" * chars))
+        # Bounded: a transaction that never ends fails the test instead of hanging the suite.
+        async with asyncio.timeout(60):
+            async with transaction(conn):
+                await append(conn, [event])
+        [appended] = await read_after(conn, await head(conn) - 1, 1)
+        assert appended.event_id == event.event_id
+        return len(msgspec.json.decode(appended.payload)["text"])  # a kind outside the catalogue: raw
+
+
+def test_a_transaction_of_megabytes_commits_through_a_slow_socket(database_url):
+    # design.md: every command appends to the journal; a fold's batch of Versions carries their
+    # texts. psycopg's commit() in pipeline mode waited for results without sending the rest of
+    # the pipeline (it hung on every try); COMMIT is sent as a statement of the pipeline instead.
+    assert asyncio.run(_append_large(database_url, 4_000_000)) == 4_000_000

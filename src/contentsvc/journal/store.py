@@ -63,12 +63,18 @@ async def transaction(conn: AsyncConnection) -> AsyncIterator[None]:
     # the pipeline is left: a statement that failed in it aborts the pipeline,
     # and a rollback sent into an aborted pipeline fails too (PipelineAborted,
     # which would hide the statement's own error).
+    # COMMIT is a statement of the pipeline, not conn.commit(): psycopg's
+    # commit syncs and then waits for the results without sending what of
+    # the pipeline its socket did not take yet, so a transaction of some
+    # megabytes (a fold's batch of Versions) could wait forever for a server
+    # still waiting for the rest of it. Leaving the pipeline sends all of it
+    # before it waits (tests/integration/test_journal_order.py).
     try:
         async with conn.pipeline():
             if conn.autocommit:
                 await conn.execute("BEGIN")
             yield
-            await conn.commit()
+            await conn.execute("COMMIT")
     except BaseException:
         if not conn.closed:
             await conn.rollback()

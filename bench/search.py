@@ -9,7 +9,8 @@ lean keep-alive client the ingest bench times with (bench/http_load.py):
 httpx's own CPU, about a millisecond a request on these two cores, was part
 of every latency measured before. Then, on a quiet
 service, a lexical replay next to its ceiling measured in the same run
-(Tantivy alone indexing the same texts). Writes bench/results/search.json.
+(Tantivy alone indexing the same texts), and last the lexical latency when every hit is a long
+Version (hundreds of abstracts in one text). Writes bench/results/search.json.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ CORPUS = "scifact"
 MODES = ("lexical", "semantic", "hybrid")
 PUBLISHED_BM25_NDCG10 = 0.665  # BEIR, Table 2 (SOURCE.md)
 API_MAX_LIMIT = 50
+LONG_CORPUS = "long"
+LONG_VERSIONS = 20
+LONG_ABSTRACTS = 250  # SciFact abstracts joined into one long Version: about 370 KB of text
 
 
 def load_dataset(root: Path):
@@ -112,7 +116,7 @@ def wait_ready(database_url: str, n: int, cap_s: float) -> dict:
 
 
 async def run_queries(client: LoadClient, queries: dict[str, str], mode: str, concurrency: int,
-                      id_of: dict[str, str], limit: int = API_MAX_LIMIT):
+                      id_of: dict[str, str], limit: int = API_MAX_LIMIT, corpus: str = CORPUS):
     latencies: list[float] = []
     rankings: dict[str, list[str]] = {}
     errors = 0
@@ -123,7 +127,7 @@ async def run_queries(client: LoadClient, queries: dict[str, str], mode: str, co
         async with sem:
             t = time.perf_counter()
             r = await client.post("/v0/search", msgspec.json.encode(
-                {"query": text[:8192], "corpus_ids": [CORPUS], "mode": mode, "limit": limit}))
+                {"query": text[:8192], "corpus_ids": [corpus], "mode": mode, "limit": limit}))
             latencies.append((time.perf_counter() - t) * 1000)
             if r.status_code != 200:
                 errors += 1
@@ -295,6 +299,48 @@ async def replay_rate(database_url: str, home: str, cap_s: float, queries: list[
             "note": "fold from position 0, index commit and cutover; process start-up excluded"}
 
 
+async def long_versions(target, docs: list[dict], queries: dict[str, str], cap_s: float) -> dict:
+    """Lexical latency (c=1, 10 hits) of the SciFact queries over LONG_VERSIONS Versions of
+    LONG_ABSTRACTS abstracts each: every hit's excerpt is cut from a segment of a long text."""
+    async with api_client(target, timeout=60) as client:
+        await create_corpus(client, LONG_CORPUS, LONG_CORPUS)
+        for i in range(LONG_VERSIONS):
+            chunk = docs[i * LONG_ABSTRACTS:(i + 1) * LONG_ABSTRACTS]
+            text = "\n\n".join(f"{d['title']}. {d['text']}" for d in chunk)
+            r = await client.post("/v0/records", json=entry({"_id": f"long{i}", "title": "", "text": text}, LONG_CORPUS))
+            if r.status_code != 202:
+                raise BenchError(f"long Version ingest answered {r.status_code}: {r.text[:300]}")
+    async with await psycopg.AsyncConnection.connect(target.database_url, autocommit=True) as conn:
+        await folds_caught_up(conn, cap_s)  # indexed and embedded: timed on a quiet service
+    from contentsvc.storage import database  # noqa: F401 - jsonb through msgspec, as the service reads it
+
+    with psycopg.connect(target.database_url, autocommit=True) as conn:
+        versions = [v for v, in conn.execute("SELECT version_id FROM versions WHERE corpus_id = %s AND searchable",
+                                             (LONG_CORPUS,))]
+        if len(versions) < LONG_VERSIONS:
+            raise BenchError("the long Versions were not all searchable once the folds had caught up")
+        id_of = dict(conn.execute("SELECT record_id, record_key FROM records WHERE corpus_id = %s",
+                                  (LONG_CORPUS,)).fetchall())
+        chars = conn.execute("SELECT sum(length(p->'content'->>'text')) FROM versions,"
+                             " jsonb_array_elements(manifest->'parts') p WHERE corpus_id = %s",
+                             (LONG_CORPUS,)).fetchone()[0]
+        # The reference: reading and decoding the manifests of a page of 10 such Versions, which
+        # a search whose index stores no segment texts does to cut its excerpts.
+        manifest_reads = []
+        for i in range(30):
+            page = [versions[(i + k) % len(versions)] for k in range(10)]
+            t = time.perf_counter()
+            conn.execute("SELECT manifest FROM versions WHERE version_id = ANY(%s)", (page,)).fetchall()
+            manifest_reads.append((time.perf_counter() - t) * 1000)
+    load = LoadClient(target.base_url, target.api_key, 1)
+    await run_queries(load, dict(list(queries.items())[:10]), "lexical", 1, id_of, corpus=LONG_CORPUS)  # warm up
+    _, latencies, errors, _ = await run_queries(load, queries, "lexical", 1, id_of, limit=10, corpus=LONG_CORPUS)
+    await load.aclose()
+    return {"versions": LONG_VERSIONS, "mean_chars": round(chars / LONG_VERSIONS), "errors": errors,
+            "lexical_latency_c1": latency_summary(latencies),
+            "reference_manifests_of_10_read_ms": latency_summary(manifest_reads)}
+
+
 async def run(args, clock: Run) -> dict:
     docs, queries, qrels = load_dataset(Path(args.dataset))
     home = tempfile.mkdtemp(prefix="contentsvc-bench-search-")
@@ -333,6 +379,8 @@ async def run(args, clock: Run) -> dict:
             report["freshness"] = await freshness(client, args.fresh_seconds, args.fresh_rate)
         print("[bench search] replay ...", file=sys.stderr)
         report["replay"] = await replay_rate(target.database_url, home, args.cap, list(queries.values()))
+        print("[bench search] long Versions ...", file=sys.stderr)
+        report["long_versions"] = await long_versions(target, docs, queries, args.cap)
     finally:
         service.stop()
     lex, hyb = report["modes"]["lexical"], report["modes"]["hybrid"]
@@ -378,6 +426,7 @@ def summary(report: dict) -> str:
     lines.append(f"ratios    {report['ratios']}")
     lines.append(f"freshness {report['freshness']}")
     lines.append(f"replay    {report['replay']}")
+    lines.append(f"long      {report['long_versions']}")
     for name, t in report["targets"].items():
         lines.append(f"target {name:38s} {t['op']} {t['target']:<8} measured {t['measured']}  {t['result'].upper()}")
     return "\n".join(lines + closing_lines(report, RESULT_PATH))

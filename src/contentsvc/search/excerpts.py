@@ -1,7 +1,7 @@
 """Excerpts in Unicode code points: `text == part_text[start:end]`, half-open.
 
 Tantivy's own snippets give UTF-8 byte ranges relative to a fragment, so
-the excerpt is computed here from the stored Part text: words are matched
+the excerpt is computed here from the hit's segment of the Part text: words are matched
 with the index's analysis (same stemming, CJK bigrams), and the window
 holding the most distinct query terms wins.
 """

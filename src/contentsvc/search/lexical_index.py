@@ -159,6 +159,10 @@ class LexicalWriter:
     def __init__(self, path: Path, threads: int = 1) -> None:
         self.index, self.layout = open_index(path, create=True)
         self.writer = self.index.writer(heap_size=WRITER_HEAP_PER_THREAD * threads, num_threads=threads)
+        # A commit cut short (the process killed between writing a segment's files and meta.json)
+        # leaves files no commit names. Replaying the same work reaches the same opstamp, so the
+        # next commit would find its file already there (FileAlreadyExists) on every restart.
+        self.writer.garbage_collect_files()
 
     def checkpoint(self) -> int:
         self.index.reload()

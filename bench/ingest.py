@@ -21,6 +21,9 @@ Measurements (one run, one database), one module each:
   3. 202-to-resolved (ingest_resolve.py): --rate ingests per second for
      2 x --seconds, each Receipt's `receipt.resolved` event followed on the
      change stream (/v0/changes/stream).
+  3b. (a service the bench started) the batches of phase 2 again with its
+     projectors and workers stopped (SIGSTOP) while they are sent: the API and
+     PostgreSQL alone on the cores, the reference for phase 2.
   4. raw journal append (journal_raw.py; contentsvc.journal.store.append, 1 event per transaction,
      1 and 4 connections, and 100 events per call) against the ceiling of a plain
      durable INSERT of an equivalent row into a table shaped like the journal;
@@ -123,6 +126,9 @@ async def run_bench(target: Target, texts: Texts, args) -> dict[str, Any]:
         ("batch", lambda: bench_batch(target, texts, ingest_corpus, run_id, args.batches)),
         ("resolve", lambda: bench_resolve(target, texts, latency_corpus, run_id, args.rate, 2 * args.seconds)),
     ]
+    if target.supervisor_pid:  # the reference: the same batches with the cores to the API alone
+        phases.append(("batch_folds_paused", lambda: bench_batch(target, texts, ingest_corpus, f"{run_id}p",
+                                                                 args.batches, pause_folds=True)))
     for name, phase in phases:
         results[name] = await announced(name, phase())
 
@@ -131,7 +137,7 @@ async def run_bench(target: Target, texts: Texts, args) -> dict[str, Any]:
         results["raw_journal"] = await announced("raw journal append", bench_raw(target.database_url, texts,
                                                                                 args.seconds))
         results["ratios_to_ceilings"] = ratios_to_ceilings(results["single"], results["batch"],
-                                                           results["raw_journal"])
+                                                           results["raw_journal"], results.get("batch_folds_paused"))
     else:
         results["integrity"] = {"skipped": "no database URL"}
         results["raw_journal"] = {"skipped": "no database URL (give --database-url with --url)"}

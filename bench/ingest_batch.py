@@ -5,19 +5,23 @@ resolved end to end."""
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from typing import Any
 
 from contentsvc.bench.ingest_requests import (DRAIN_CAP_S, PHASE_CAP_S, Texts, closed_loop, decode, encode,
                                               ingest_command, wait_resolved, warm_up)
 from contentsvc.bench.http_load import Answer, LoadClient
-from contentsvc.bench.service import Target, api_client
+from contentsvc.bench.service import Target, api_client, folds_paused
 from contentsvc.bench.stats import Errors, latency_summary
 
 BATCH_SIZE = 100
 BATCH_CONCURRENCY = 4
 
 
-async def bench_batch(target: Target, texts: Texts, corpus_id: str, run_id: str, batches: int) -> dict[str, Any]:
+async def bench_batch(target: Target, texts: Texts, corpus_id: str, run_id: str, batches: int,
+                      pause_folds: bool = False) -> dict[str, Any]:
+    """pause_folds: the reference run, the service's projectors and workers stopped while the
+    batches are sent (service.folds_paused); they resume before the drain."""
     bodies = []
     for b in range(batches):
         entries = [ingest_command(corpus_id, f"{run_id}-b{b}-{i}", texts.take()) for i in range(BATCH_SIZE)]
@@ -46,12 +50,14 @@ async def bench_batch(target: Target, texts: Texts, corpus_id: str, run_id: str,
             if ok:
                 last_receipts.append(ok[-1]["receipt"]["receipt_id"])
 
-        loop = await closed_loop(load, "/v0/records/batch", bodies, BATCH_CONCURRENCY, 200, answered)
+        with folds_paused(target) if pause_folds else nullcontext(None) as paused:
+            loop = await closed_loop(load, "/v0/records/batch", bodies, BATCH_CONCURRENCY, 200, answered)
         await load.aclose()
         drain = await wait_resolved(client, last_receipts, DRAIN_CAP_S, target.database_url)
 
     end_to_end = loop.wall + drain["seconds"]
     return {
+        **({"folds_paused": paused} if pause_folds else {}),
         "batches_planned": batches,
         "batches_sent": loop.sent,
         "capped_at_s": PHASE_CAP_S if loop.sent < batches else None,

@@ -33,7 +33,7 @@ def judge_targets(results: dict[str, Any]) -> dict[str, Any]:
 def problems(report: dict[str, Any]) -> list[str]:
     """What went wrong or looked wrong in this run, in words (the figures are in results)."""
     res, out = report["results"], []
-    for name in ("single", "batch", "resolve"):
+    for name in ("single", "batch", "resolve", "batch_folds_paused"):
         ph = res.get(name, {})
         errs = ph.get("errors", {})
         if errs.get("total"):
@@ -89,6 +89,11 @@ def summary_text(report: dict[str, Any], result_path: Path) -> str:
     rows.append(("  accepted+resolved", f"{fmt(b['records_resolved_per_s_end_to_end'])} rec/s",
                  f"projector drain after batches {fmt(b['drain_after_phase']['seconds'])} s "
                  f"(unresolved {b['drain_after_phase']['unresolved']}/{b['drain_after_phase']['checked']} checked)"))
+    paused = res.get("batch_folds_paused")
+    if paused:
+        rows.append(("  folds paused (ref.)", f"{fmt(paused['records_per_s'])} rec/s",
+                     f"the same batches with the {paused['folds_paused']} projectors and workers stopped: "
+                     f"the API and PostgreSQL alone on the cores"))
     rows.append((f"202->resolved  {fmt(lat['rate_per_s'])}/s", f"p50 {fmt(lat['from_202']['p50_ms'])} ms",
                  f"p99 {fmt(lat['from_202']['p99_ms'])} ms  (from send: p50 {fmt(lat['from_send']['p50_ms'])} "
                  f"p99 {fmt(lat['from_send']['p99_ms'])})  seen {lat['resolved_seen']}/{lat['accepted_202']}  "
@@ -131,6 +136,9 @@ def summary_text(report: dict[str, Any], result_path: Path) -> str:
         rows.append(("ingest/ceiling", f"single {ceilings['single_to_plain_commits']}",
                      f"batch {ceilings['batch_to_plain_100_row_transactions']}   (each phase's rate over the "
                      f"plain INSERT at its concurrency, above)"))
+        if "batch_to_batch_folds_paused" in ceilings:
+            rows.append(("batch/folds paused", f"{ceilings['batch_to_batch_folds_paused']}",
+                         f"folds paused over plain {ceilings['batch_folds_paused_to_plain_100_row_transactions']}"))
     w1 = max(len(r[0]) for r in rows)
     w2 = max(len(r[1]) for r in rows)
     lines = ["", f"contentsvc bench ingest  {report['timestamp']}  {machine_line(report['machine'])}",

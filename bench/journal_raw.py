@@ -169,13 +169,21 @@ async def bench_raw(database_url: str, texts: Texts, seconds: float) -> dict[str
     return out
 
 
-def ratios_to_ceilings(single: dict[str, Any], batch: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
-    """Each ingest phase's rate over its plain-INSERT ceiling measured in the same run."""
+def ratios_to_ceilings(single: dict[str, Any], batch: dict[str, Any], raw: dict[str, Any],
+                       batch_folds_paused: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Each ingest phase's rate over its plain-INSERT ceiling measured in the same run, and the
+    batch phase's over the same batches sent with the service's folds paused."""
     def ratio(rate: float | None, ceiling: dict[str, Any]) -> float | None:
         return round(rate / ceiling["events_per_s"], 3) if rate and ceiling["events_per_s"] else None
 
-    return {
+    out = {
         "single_to_plain_commits": ratio(single["throughput_req_per_s"], raw[f"plain_{SINGLE_CONCURRENCY}conn"]),
         "batch_to_plain_100_row_transactions": ratio(batch["records_per_s"],
                                                      raw[f"plain_batch100_{BATCH_CONCURRENCY}conn"]),
     }
+    if batch_folds_paused:
+        out["batch_folds_paused_to_plain_100_row_transactions"] = ratio(
+            batch_folds_paused["records_per_s"], raw[f"plain_batch100_{BATCH_CONCURRENCY}conn"])
+        out["batch_to_batch_folds_paused"] = ratio(batch["records_per_s"], {"events_per_s":
+                                                                            batch_folds_paused["records_per_s"]})
+    return out

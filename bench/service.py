@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import sys
 import tempfile
 import time
 import uuid
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,7 @@ class Target:
     api_key: str
     database_url: str | None
     own: bool
+    supervisor_pid: int | None = None  # `contentsvc run`, when the bench started it
 
 
 class OwnService:
@@ -76,7 +80,8 @@ class OwnService:
 
         with psycopg.connect(self.database_url, autocommit=True) as conn:
             created = keys.create_key(conn, f"bench-{uuid.uuid4().hex[:8]}", keys.parse_actions("*"), None, "bench")
-        return Target(self.service.base_url, created.secret, self.database_url, own=True)
+        return Target(self.service.base_url, created.secret, self.database_url, own=True,
+                      supervisor_pid=self.service.process.pid)
 
     def stop(self) -> None:
         if self.service is not None:
@@ -98,6 +103,37 @@ class OwnService:
             self._tmp.cleanup()
             self._tmp = None
         self._home.cleanup()
+
+
+def _folds_of(supervisor_pid: int) -> list[int]:
+    """The projector and worker processes `contentsvc run` (supervisor_pid) started."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if ppid == supervisor_pid and (b"projector" in argv or b"worker" in argv):
+            pids.append(int(entry.name))
+    return pids
+
+
+@contextmanager
+def folds_paused(target: Target):
+    """Every projector and worker of a service the bench started stopped (SIGSTOP) for the
+    block, resumed after: what the API alone reaches with the cores to itself, a reference
+    beside the same phase with the folds running. Yields how many were stopped."""
+    pids = _folds_of(target.supervisor_pid) if target.supervisor_pid and Path("/proc").is_dir() else []
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield len(pids)
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
 
 
 def api_client(target: Target, connections: int = 100, timeout: float = 30.0) -> httpx.AsyncClient:

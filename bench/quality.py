@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -185,6 +186,7 @@ async def run(args, clock: Run) -> dict:
                 report["collections"][c].update(modes=modes, raw_engine=raw_engine(*data[c]))
     finally:
         service.stop()
+        shutil.rmtree(home, ignore_errors=True)  # the run's indexes
     report["fusion_choice"] = fusion_choice(lists, {c: data[c][2] for c in COLLECTIONS})
     scifact = report["collections"]["scifact"]["modes"]
     measured = {"scifact_lexical_ndcg10": scifact["lexical"]["ndcg@10"],

@@ -383,6 +383,7 @@ async def run(args, clock: Run) -> dict:
         report["long_versions"] = await long_versions(target, docs, queries, args.cap)
     finally:
         service.stop()
+        shutil.rmtree(home, ignore_errors=True)  # the run's indexes: tens of MB a run
     lex, hyb = report["modes"]["lexical"], report["modes"]["hybrid"]
     fts = report["postgres_fts"]
     report["ratios"] = {

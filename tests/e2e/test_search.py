@@ -297,8 +297,9 @@ def test_an_excerpt_without_a_stored_segment_is_cut_from_the_version(api, databa
     hit = only(search(api, tok, [corpus], mode="lexical"))
     start = hit["excerpt"]["start"]
     assert start > 0 and text[start:hit["excerpt"]["end"]] == hit["excerpt"]["text"]
-    segment_start = max(s.start for s in lexical_index.segments_of(
-        {"parts": [{"key": "body", "role": "body", "content": {"kind": "text", "text": text}}]})[1] if s.start <= start)
+    _, indexed = lexical_index.segments_of(
+        {"parts": [{"key": "body", "role": "body", "content": {"kind": "text", "text": text}}]})
+    segment_start = max(s.start for s in indexed if s.start <= start)  # the hit's segment
 
     async def cut():
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:

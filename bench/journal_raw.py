@@ -173,17 +173,17 @@ def ratios_to_ceilings(single: dict[str, Any], batch: dict[str, Any], raw: dict[
                        batch_folds_paused: dict[str, Any] | None = None) -> dict[str, Any]:
     """Each ingest phase's rate over its plain-INSERT ceiling measured in the same run, and the
     batch phase's over the same batches sent with the service's folds paused."""
-    def ratio(rate: float | None, ceiling: dict[str, Any]) -> float | None:
-        return round(rate / ceiling["events_per_s"], 3) if rate and ceiling["events_per_s"] else None
+    def ratio(rate: float | None, ceiling: float | None) -> float | None:
+        return round(rate / ceiling, 3) if rate and ceiling else None
 
+    plain_batches = raw[f"plain_batch100_{BATCH_CONCURRENCY}conn"]["events_per_s"]
     out = {
-        "single_to_plain_commits": ratio(single["throughput_req_per_s"], raw[f"plain_{SINGLE_CONCURRENCY}conn"]),
-        "batch_to_plain_100_row_transactions": ratio(batch["records_per_s"],
-                                                     raw[f"plain_batch100_{BATCH_CONCURRENCY}conn"]),
+        "single_to_plain_commits": ratio(single["throughput_req_per_s"],
+                                         raw[f"plain_{SINGLE_CONCURRENCY}conn"]["events_per_s"]),
+        "batch_to_plain_100_row_transactions": ratio(batch["records_per_s"], plain_batches),
     }
     if batch_folds_paused:
-        out["batch_folds_paused_to_plain_100_row_transactions"] = ratio(
-            batch_folds_paused["records_per_s"], raw[f"plain_batch100_{BATCH_CONCURRENCY}conn"])
-        out["batch_to_batch_folds_paused"] = ratio(batch["records_per_s"], {"events_per_s":
-                                                                            batch_folds_paused["records_per_s"]})
+        paused = batch_folds_paused["records_per_s"]
+        out["batch_folds_paused_to_plain_100_row_transactions"] = ratio(paused, plain_batches)
+        out["batch_to_batch_folds_paused"] = ratio(batch["records_per_s"], paused)
     return out

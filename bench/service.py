@@ -105,8 +105,9 @@ class OwnService:
         self._home.cleanup()
 
 
-def _folds_of(supervisor_pid: int) -> list[int]:
-    """The projector and worker processes `contentsvc run` (supervisor_pid) started."""
+def children_of(supervisor_pid: int, roles: tuple[bytes, ...]) -> list[int]:
+    """The processes `contentsvc run` (supervisor_pid) started whose command line holds one of
+    `roles` as a word (b"serve" for the API, b"projector" and b"worker" for the folds)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -116,7 +117,7 @@ def _folds_of(supervisor_pid: int) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
-        if ppid == supervisor_pid and (b"projector" in argv or b"worker" in argv):
+        if ppid == supervisor_pid and any(role in argv for role in roles):
             pids.append(int(entry.name))
     return pids
 
@@ -126,7 +127,8 @@ def folds_paused(target: Target):
     """Every projector and worker of a service the bench started stopped (SIGSTOP) for the
     block, resumed after: what the API alone reaches with the cores to itself, a reference
     beside the same phase with the folds running. Yields how many were stopped."""
-    pids = _folds_of(target.supervisor_pid) if target.supervisor_pid and Path("/proc").is_dir() else []
+    pids = (children_of(target.supervisor_pid, (b"projector", b"worker"))
+            if target.supervisor_pid and Path("/proc").is_dir() else [])
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:

@@ -48,7 +48,7 @@ import httpx
 
 from contentsvc.bench.driver import (target_lines, RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, machine_line,
                                      write_results)
-from contentsvc.bench.service import OwnService, scan_server_log
+from contentsvc.bench.service import OwnService, children_of, scan_server_log
 from contentsvc.bench.upload_references import client_alone_seconds, durably_timed, store_alone_seconds
 
 RESULT_PATH = RESULTS_DIR / "upload.json"
@@ -109,18 +109,10 @@ def rss_bytes(pid: int) -> int:
 
 def serve_child(supervisor_pid: int) -> int:
     """The pid of the `serve` child of `contentsvc run` (the API process)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if int(_status(int(entry.name))["PPid"]) != supervisor_pid:
-                continue
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except (OSError, KeyError, ValueError):
-            continue
-        if b"serve" in cmdline:
-            return int(entry.name)
-    raise BenchError(f"no `serve` child of pid {supervisor_pid}")
+    api = children_of(supervisor_pid, (b"serve",))
+    if not api:
+        raise BenchError(f"no `serve` child of pid {supervisor_pid}")
+    return api[0]
 
 
 class RssSampler(threading.Thread):

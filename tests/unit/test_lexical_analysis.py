@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import tantivy
 from hypothesis import given, strategies as st
 
@@ -13,7 +14,6 @@ from contentsvc.domain.retrieval import DEFAULT_RETRIEVAL
 from contentsvc.search import analysis, lexical_index
 from contentsvc.search.lexical_index import CURRENT, LEGACY, ONE_FIELD, LexicalWriter
 from tests.unit.test_retrieval import PAYLOAD
-import msgspec
 
 CJK_CHARS = st.sampled_from("東京都北京大学研究者にいるのカタカナ한국어분석")
 LATIN_WORDS = st.from_regex(r"[a-z]{1,12}", fullmatch=True)

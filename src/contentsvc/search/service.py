@@ -336,7 +336,7 @@ async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vector
     terms = query_terms(req.query)
     hits = []
     for rank, (r, score) in enumerate(page, start=1):
-        segment = segments[r.version_id, r.part_key, r.segment_start]
+        segment = segments[_segment_key(r)]
         start, end = excerpt(segment, terms, offset=r.segment_start)
         hits.append(SearchHit(
             rank=rank, record_id=r.record_id, version_id=r.version_id, part_key=r.part_key,
@@ -362,18 +362,22 @@ async def _segment_texts(conn: AsyncConnection, hydrated: dict[str, Hydrated], p
     """The text of each hit's segment, by (version_id, part_key, segment_start): as the lexical
     index returned it, else looked up in that index (a hit only the semantic list holds), else
     cut from the Version's Part text."""
-    out = {(r.version_id, r.part_key, r.segment_start): r.text for r in page if r.text is not None}
+    out = {_segment_key(r): r.text for r in page if r.text is not None}
     if layout is not None and layout.stores_segments:
-        lookups = [(projection_of[hydrated[r.version_id].corpus_id], r.version_id, r.part_key, r.segment_start)
-                   for r in page if (r.version_id, r.part_key, r.segment_start) not in out]
-        for (_, version_id, part_key, start), text in lexical_index.stored_segments(index, layout, lookups).items():
-            out[version_id, part_key, start] = text
-    missing = [r for r in page if (r.version_id, r.part_key, r.segment_start) not in out]
+        lookups = [(projection_of[hydrated[r.version_id].corpus_id], *_segment_key(r))
+                   for r in page if _segment_key(r) not in out]
+        for (_, *key), text in lexical_index.stored_segments(index, layout, lookups).items():
+            out[tuple(key)] = text
+    missing = [r for r in page if _segment_key(r) not in out]
     await _fill_texts(conn, hydrated, [r.version_id for r in missing])
     for r in missing:
         text = hydrated[r.version_id].parts.get(r.part_key, "")
-        out[r.version_id, r.part_key, r.segment_start] = lexical_index.segment_at(text, r.segment_start)
+        out[_segment_key(r)] = lexical_index.segment_at(text, r.segment_start)
     return out
+
+
+def _segment_key(r) -> tuple[str, str, int]:
+    return r.version_id, r.part_key, r.segment_start
 
 
 async def _semantic_candidates(conn: AsyncConnection, vectors: VectorSearcher, query_vector, org_id: str,

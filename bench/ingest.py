@@ -126,9 +126,13 @@ async def run_bench(target: Target, texts: Texts, args) -> dict[str, Any]:
         ("batch", lambda: bench_batch(target, texts, ingest_corpus, run_id, args.batches)),
         ("resolve", lambda: bench_resolve(target, texts, latency_corpus, run_id, args.rate, 2 * args.seconds)),
     ]
-    if target.supervisor_pid:  # the reference: the same batches with the cores to the API alone
-        phases.append(("batch_folds_paused", lambda: bench_batch(target, texts, ingest_corpus, f"{run_id}p",
-                                                                 args.batches, pause_folds=True)))
+    if target.supervisor_pid:  # the references: the same load with the cores to the API alone
+        phases += [
+            ("single_folds_paused", lambda: bench_single(target, texts, ingest_corpus, f"{run_id}p", args.single,
+                                                         pause_folds=True)),
+            ("batch_folds_paused", lambda: bench_batch(target, texts, ingest_corpus, f"{run_id}p", args.batches,
+                                                       pause_folds=True)),
+        ]
     for name, phase in phases:
         results[name] = await announced(name, phase())
 
@@ -137,7 +141,8 @@ async def run_bench(target: Target, texts: Texts, args) -> dict[str, Any]:
         results["raw_journal"] = await announced("raw journal append", bench_raw(target.database_url, texts,
                                                                                 args.seconds))
         results["ratios_to_ceilings"] = ratios_to_ceilings(results["single"], results["batch"],
-                                                           results["raw_journal"], results.get("batch_folds_paused"))
+                                                           results["raw_journal"], results.get("single_folds_paused"),
+                                                           results.get("batch_folds_paused"))
     else:
         results["integrity"] = {"skipped": "no database URL"}
         results["raw_journal"] = {"skipped": "no database URL (give --database-url with --url)"}

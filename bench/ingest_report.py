@@ -33,7 +33,7 @@ def judge_targets(results: dict[str, Any]) -> dict[str, Any]:
 def problems(report: dict[str, Any]) -> list[str]:
     """What went wrong or looked wrong in this run, in words (the figures are in results)."""
     res, out = report["results"], []
-    for name in ("single", "batch", "resolve", "batch_folds_paused"):
+    for name in ("single", "batch", "resolve", "single_folds_paused", "batch_folds_paused"):
         ph = res.get(name, {})
         errs = ph.get("errors", {})
         if errs.get("total"):
@@ -83,6 +83,11 @@ def summary_text(report: dict[str, Any], result_path: Path) -> str:
     rows.append(("  resolved after", f"{fmt(s['drain_after_phase']['seconds'])} s",
                  f"projector drain after singles (unresolved {s['drain_after_phase']['unresolved']}"
                  f"/{s['drain_after_phase']['checked']} checked)"))
+    paused = res.get("single_folds_paused")
+    if paused:
+        rows.append(("  folds paused (ref.)", f"{fmt(paused['throughput_req_per_s'])} req/s",
+                     f"p50 {fmt(paused['latency']['p50_ms'])}  p99 {fmt(paused['latency']['p99_ms'])} ms   the same "
+                     f"requests with the {paused['folds_paused']} projectors and workers stopped"))
     rows.append(("batch x100     c=4", f"{fmt(b['records_per_s'])} rec/s",
                  f"batch p50 {fmt(b['batch_latency']['p50_ms'])}  p99 {fmt(b['batch_latency']['p99_ms'])} ms   "
                  f"ok {b['records_accepted_202']} rec  errors {b['errors']['total']}+{b['item_errors']['total']} items"))
@@ -136,6 +141,9 @@ def summary_text(report: dict[str, Any], result_path: Path) -> str:
         rows.append(("ingest/ceiling", f"single {ceilings['single_to_plain_commits']}",
                      f"batch {ceilings['batch_to_plain_100_row_transactions']}   (each phase's rate over the "
                      f"plain INSERT at its concurrency, above)"))
+        if "single_to_single_folds_paused" in ceilings:
+            rows.append(("single/folds paused", f"{ceilings['single_to_single_folds_paused']}",
+                         f"folds paused over plain {ceilings['single_folds_paused_to_plain_commits']}"))
         if "batch_to_batch_folds_paused" in ceilings:
             rows.append(("batch/folds paused", f"{ceilings['batch_to_batch_folds_paused']}",
                          f"folds paused over plain {ceilings['batch_folds_paused_to_plain_100_row_transactions']}"))

@@ -3,18 +3,22 @@ loop, then how long the projectors take to resolve the last Receipts."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 from contentsvc.bench.ingest_requests import (DRAIN_CAP_S, PHASE_CAP_S, Texts, closed_loop, decode, encode,
                                               ingest_command, wait_resolved, warm_up)
 from contentsvc.bench.http_load import Answer, LoadClient
-from contentsvc.bench.service import Target, api_client
+from contentsvc.bench.service import Target, api_client, folds_paused
 from contentsvc.bench.stats import latency_summary
 
 SINGLE_CONCURRENCY = 16
 
 
-async def bench_single(target: Target, texts: Texts, corpus_id: str, run_id: str, n: int) -> dict[str, Any]:
+async def bench_single(target: Target, texts: Texts, corpus_id: str, run_id: str, n: int,
+                       pause_folds: bool = False) -> dict[str, Any]:
+    """pause_folds: the reference run, the service's projectors and workers stopped while the
+    requests are sent (service.folds_paused); they resume before the drain."""
     load = LoadClient(target.base_url, target.api_key, SINGLE_CONCURRENCY)
     async with api_client(target, SINGLE_CONCURRENCY) as client:
         await warm_up(load, "/v0/records", [encode(ingest_command(corpus_id, f"{run_id}-w{i}", texts.take()))
@@ -28,11 +32,13 @@ async def bench_single(target: Target, texts: Texts, corpus_id: str, run_id: str
             latencies.append(elapsed)
             receipts.append(decode(r.content)["receipt_id"])
 
-        loop = await closed_loop(load, "/v0/records", bodies, SINGLE_CONCURRENCY, 202, accepted)
+        with folds_paused(target) if pause_folds else nullcontext(None) as paused:
+            loop = await closed_loop(load, "/v0/records", bodies, SINGLE_CONCURRENCY, 202, accepted)
         await load.aclose()
         drain = await wait_resolved(client, receipts[-SINGLE_CONCURRENCY * 2:], DRAIN_CAP_S, target.database_url)
 
     return {
+        **({"folds_paused": paused} if pause_folds else {}),
         "requests_planned": n,
         "requests_sent": loop.sent,
         "capped_at_s": PHASE_CAP_S if loop.sent < n else None,

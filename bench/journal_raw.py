@@ -170,18 +170,23 @@ async def bench_raw(database_url: str, texts: Texts, seconds: float) -> dict[str
 
 
 def ratios_to_ceilings(single: dict[str, Any], batch: dict[str, Any], raw: dict[str, Any],
+                       single_folds_paused: dict[str, Any] | None = None,
                        batch_folds_paused: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Each ingest phase's rate over its plain-INSERT ceiling measured in the same run, and the
-    batch phase's over the same batches sent with the service's folds paused."""
+    """Each ingest phase's rate over its plain-INSERT ceiling measured in the same run, and over
+    the same load sent with the service's folds paused."""
     def ratio(rate: float | None, ceiling: float | None) -> float | None:
         return round(rate / ceiling, 3) if rate and ceiling else None
 
+    plain_commits = raw[f"plain_{SINGLE_CONCURRENCY}conn"]["events_per_s"]
     plain_batches = raw[f"plain_batch100_{BATCH_CONCURRENCY}conn"]["events_per_s"]
     out = {
-        "single_to_plain_commits": ratio(single["throughput_req_per_s"],
-                                         raw[f"plain_{SINGLE_CONCURRENCY}conn"]["events_per_s"]),
+        "single_to_plain_commits": ratio(single["throughput_req_per_s"], plain_commits),
         "batch_to_plain_100_row_transactions": ratio(batch["records_per_s"], plain_batches),
     }
+    if single_folds_paused:
+        paused = single_folds_paused["throughput_req_per_s"]
+        out["single_folds_paused_to_plain_commits"] = ratio(paused, plain_commits)
+        out["single_to_single_folds_paused"] = ratio(single["throughput_req_per_s"], paused)
     if batch_folds_paused:
         paused = batch_folds_paused["records_per_s"]
         out["batch_folds_paused_to_plain_100_row_transactions"] = ratio(paused, plain_batches)

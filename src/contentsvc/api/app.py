@@ -15,6 +15,7 @@ from psycopg_pool import PoolTimeout
 
 from contentsvc.api import changes, corpora, health, openapi, receipts, records, search
 from contentsvc.api import operations, uploads
+from contentsvc.api.backlog import IngestBacklog
 from contentsvc.api.http import Services
 from contentsvc.api.routes import with_options
 from contentsvc.connectors import push_routes as connector_push_routes
@@ -204,7 +205,8 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
         app.state.services = Services(settings, pool, CursorCodec(secret), FeedTicker(),
                                       LexicalSearcher(settings.home, FeedTicker()), VectorSearcher(settings.home),
                                       public_base_url, PrincipalCache(), SingleCommandGroups(pool), PushIngests(pool),
-                                      PushAudit(pool), instances, CorpusRoutes())
+                                      PushAudit(pool), instances, CorpusRoutes(),
+                                      IngestBacklog(pool, settings.ingest.max_backlog_seconds))
         tasks = [asyncio.create_task(_listen(database_url, settings, app.state.services)),
                  asyncio.create_task(watch.run())]
         freeze_start_up_heap()

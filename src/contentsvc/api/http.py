@@ -9,6 +9,7 @@ import msgspec
 from litestar import Request, Response
 from psycopg_pool import AsyncConnectionPool
 
+from contentsvc.api.backlog import IngestBacklog
 from contentsvc.auth.cache import PrincipalCache
 from contentsvc.auth.principal import INVALID_KEY, Principal, bearer_secret, load_principal_by_hash
 from contentsvc.commands.group_commit import SingleCommandGroups
@@ -42,6 +43,7 @@ class Services:
     push_audit: PushAudit  # concurrent push attempts on a Connector share their audit's commit
     push_instances: NotifiedCache  # pushed-to Connectors and their kinds, dropped when announced changed
     search_routes: CorpusRoutes  # what a search reads before it ranks, dropped when announced changed
+    backlog: IngestBacklog  # ingests answer 429 while the folds are too far behind
 
 
 def services(request: Request) -> Services:

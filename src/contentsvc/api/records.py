@@ -53,6 +53,7 @@ async def _receipts_for(request: Request, p, accepted: list, commands_: list) ->
 
 
 async def _accept_one(request: Request, p, cmd, family: str) -> Response:
+    await services(request).backlog.refuse_when_behind()
     result = await services(request).single_commands.accept(p, cmd, family)  # group commit
     if isinstance(result, ApiError):
         raise result
@@ -100,6 +101,7 @@ async def ingest_batch(call: Call[BatchRequest, None]) -> Response:
     if len(batch.entries) > MAX_BATCH_ENTRIES:
         raise ApiError(413, "batch_too_large", f"A batch holds at most {MAX_BATCH_ENTRIES} entries.",
                        field="/entries")
+    await services(request).backlog.refuse_when_behind()
     entries = [_entry(r, i) for i, r in enumerate(batch.entries)]
     async with services(request).pool.connection() as conn:
         results = await commands.accept_source_commands(conn, p, entries, idempotency.INGEST)

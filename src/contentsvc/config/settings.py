@@ -104,6 +104,13 @@ class ProcessSettings(Section):
     background_niceness: Annotated[int, Meta(ge=0, le=19)] = 10
 
 
+class IngestSettings(Section):
+    # Ingests answer 429 `ingest_backlog` (with Retry-After) while the oldest write the folds on
+    # the way to searchable (materializer, read model, serving lexical index) have not processed
+    # is older than this; 0 never refuses (api/backlog.py, docs/decisions.md "Ingest backlog").
+    max_backlog_seconds: Annotated[int, Meta(ge=0, le=86400)] = 60
+
+
 class ClientSettings(Section):
     """How the command-line clients (`contentsvc mcp`, `contentsvc bench`) reach a running service."""
 
@@ -213,6 +220,7 @@ class Settings(Section):
     search: SearchSettings = field(default_factory=SearchSettings)
     gc: GcSettings = field(default_factory=GcSettings)
     processes: ProcessSettings = field(default_factory=ProcessSettings)
+    ingest: IngestSettings = field(default_factory=IngestSettings)
     client: ClientSettings = field(default_factory=ClientSettings)
     bench: BenchSettings = field(default_factory=BenchSettings)
     deliveries: DeliverySettings = field(default_factory=DeliverySettings)

@@ -1,0 +1,71 @@
+"""Ingest backpressure: 429 `ingest_backlog` while the folds are far behind what was accepted.
+
+A 202 promises that a write will be processed, not when. Accepting faster than the folds
+process, for long, only grows a queue nobody sees: Receipts pending for minutes, searches
+minutes stale, and a drain that outlasts the burst. So, as Elasticsearch refuses bulk requests
+with 429 while its write queue is full, ingests and withdrawals answer 429 with Retry-After
+while the oldest journal event that a fold on the way to searchable has not processed is older
+than `[ingest] max_backlog_seconds` (default 60; 0 never refuses). Those folds are the
+materializer (Receipts resolve there), the read model and the serving lexical generation. The
+vectors fold is not one of them: embedding lags by design, and `record.enriched` says when it
+has caught up (docs/decisions.md "Ingest backlog").
+
+The age is read at most once a second, by one request while the others wait for it: one
+indexed read of the journal per second under load, none when nobody ingests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+from contentsvc.domain.errors import ApiError
+
+REFRESH_SECONDS = 1.0
+RETRY_AFTER_SECONDS = 5
+
+# The age of the first event after the least advanced of those folds' checkpoints (none: 0).
+_OLDEST_UNFOLDED_AGE = """
+SELECT extract(epoch FROM clock_timestamp() - j.committed_at)::float8
+  FROM journal j
+ WHERE j.position > (SELECT min(c.position) FROM projector_checkpoints c
+                      WHERE c.name IN ('materializer', 'readmodel')
+                         OR c.name IN (SELECT 'lexical:' || g.generation_id FROM search_generations g
+                                        WHERE g.kind = 'lexical' AND g.state = 'serving'))
+ ORDER BY j.position
+ LIMIT 1
+"""
+
+
+class IngestBacklog:
+    """How far behind the folds are, read from the journal and refused above the limit."""
+
+    def __init__(self, pool, max_seconds: int) -> None:
+        self.pool = pool
+        self.max_seconds = max_seconds
+        self.seconds = 0.0
+        self._read_at = -math.inf
+        self._reading = asyncio.Lock()
+
+    async def refuse_when_behind(self) -> None:
+        """Raises 429 `ingest_backlog` while the backlog is older than the limit."""
+        if not self.max_seconds:
+            return
+        if time.monotonic() - self._read_at >= REFRESH_SECONDS:
+            async with self._reading:
+                if time.monotonic() - self._read_at >= REFRESH_SECONDS:  # not read while this waited
+                    self.seconds = await self._oldest_unfolded_age()
+                    self._read_at = time.monotonic()
+        if self.seconds > self.max_seconds:
+            raise ApiError(
+                429, "ingest_backlog",
+                f"Processing is {int(self.seconds)} s behind what was accepted (the limit is {self.max_seconds} s);"
+                " nothing was accepted. Retry after Retry-After seconds.",
+                retryable=True, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+    async def _oldest_unfolded_age(self) -> float:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(_OLDEST_UNFOLDED_AGE)
+            row = await cur.fetchone()
+        return max(0.0, row[0]) if row and row[0] is not None else 0.0

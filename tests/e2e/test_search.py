@@ -243,6 +243,25 @@ def test_long_part_excerpt_window_and_later_segment(api):
         assert ex["end"] - ex["start"] <= 1000
 
 
+def test_an_excerpt_shows_the_rarer_query_words(api):
+    # decisions.md Search (excerpts): the window whose distinct query words weigh most, each its
+    # inverse document frequency in the lexical index, wins. Counted alone, the first window's
+    # "the", "role", "of" and "in" would beat the two rare words further on.
+    corpus = create_corpus(api, _cid())
+    rare, rarer = _token("mito"), _token("apo")
+    common = "the role of the cell in the study of the tissue "
+    others = ingest_batch(api, [text_command(corpus, f"common{i}", common * 3) for i in range(20)])
+    text = common * 6 + "filler words here " * 30 + f"{rare} drives {rarer} " + "filler words here " * 30
+    receipt = wait_searchable(api, ingest(api, text_command(corpus, "long", text)))
+    for receipt_id in others:
+        wait_searchable(api, receipt_id)
+
+    hits = search(api, f"the role of {rare} in the {rarer}", [corpus])["items"]
+    hit = next(h for h in hits if h["record_id"] == receipt["record_id"])
+    assert f"{rare} drives {rarer}" in hit["excerpt"]["text"], hit["excerpt"]
+    assert assert_excerpt_exact(api, hit, must_contain=rare) == text
+
+
 def test_limit_and_ranks(api):
     # part1 Limits (50 results), "Agent-tool result shapes" (rank), decisions.md Search (limit default 10).
     corpus = create_corpus(api, _cid())

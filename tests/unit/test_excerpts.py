@@ -1,6 +1,7 @@
 """Excerpts: exact code-point windows of the Part text (part 1 rule 20: every hit carries an
 excerpt whose text is `part_text[start:end]`), the fast path (every text without CJK) finding
-the same query words as the general scan, and the one-pass window choosing as counting does."""
+the same query words as the general scan, and the one-pass window choosing as weighing every
+window does."""
 
 from __future__ import annotations
 
@@ -45,21 +46,36 @@ def test_the_window_holding_most_query_words_wins():
     assert "malaria vaccines protect children" in text[start:end]
 
 
-def most_terms_start(hits: list[tuple[int, int, str]], window: int) -> int:
-    """The first hit start whose window holds the most distinct terms, counted from scratch."""
-    best_start, best_score = 0, 0
+def test_the_window_holding_the_rarer_query_words_wins():
+    # A query's common words ("the", "of", "in") weigh next to nothing against its rare ones: the
+    # window with three of them loses to the one with "mitochondria" and "apoptosis".
+    text = ("the role of the cell in the study of tissue " * 3 + "filler " * 40
+            + "mitochondria drive apoptosis " + "filler " * 40)
+    terms = query_terms("the role of mitochondria in apoptosis")
+    weights = {term: 0.05 for term in terms} | {"mitochondria": 6.0, "apoptosi": 7.0}
+    start, end = excerpt(text, terms)
+    assert "mitochondria" not in text[start:end]  # counted alone, the common words win
+    start, end = excerpt(text, terms, weights=weights)
+    assert "mitochondria drive apoptosis" in text[start:end]
+
+
+def heaviest_start(hits: list[tuple[int, int, str]], window: int, weights: dict[str, float] | None) -> int:
+    """The first hit start whose window holds the heaviest set of distinct terms, summed from scratch."""
+    best_start, best_score = 0, 0.0
     for start, _, _ in hits:
-        score = len({t for s, e, t in hits if s >= start and e - start <= window})
+        score = sum(1.0 if weights is None else weights[t] for t in {t for s, e, t in hits
+                                                                         if s >= start and e - start <= window})
         if score > best_score:
             best_start, best_score = start, score
     return best_start
 
 
 @settings(max_examples=300, deadline=None)
-@given(texts, st.lists(words, min_size=1, max_size=6), st.integers(1, 300))
-def test_the_sliding_window_finds_the_window_with_most_distinct_terms(text, query_words, window):
+@given(texts, st.lists(words, min_size=1, max_size=6), st.integers(1, 300), st.booleans(), st.randoms())
+def test_the_sliding_window_finds_the_heaviest_window(text, query_words, window, weighted, random):
     # part 1 rule 20: the excerpt shows where the query's words are; the one-pass window
-    # agrees with counting every window from scratch
+    # agrees with weighing every window from scratch, its terms counted alone or weighted
     terms = query_terms(" ".join(query_words + text.split()[::3]))
+    weights = {t: float(random.randint(1, 20)) for t in terms} if weighted else None
     hits = excerpts._hits(text, terms)
-    assert excerpts._best_window_start(hits, window) == most_terms_start(hits, window)
+    assert excerpts._best_window_start(hits, window, weights) == heaviest_start(hits, window, weights)

@@ -334,10 +334,11 @@ async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vector
     page = fused[: req.limit]
     segments = await _segment_texts(conn, hydrated, [r for r, _ in page], index, layout, projection_of)
     terms = query_terms(req.query)
+    weights = lexical_index.term_weights(index, layout, terms) if index is not None and page else None
     hits = []
     for rank, (r, score) in enumerate(page, start=1):
         segment = segments[_segment_key(r)]
-        start, end = excerpt(segment, terms, offset=r.segment_start)
+        start, end = excerpt(segment, terms, offset=r.segment_start, weights=weights)
         hits.append(SearchHit(
             rank=rank, record_id=r.record_id, version_id=r.version_id, part_key=r.part_key,
             excerpt=Excerpt(text=segment[start - r.segment_start:end - r.segment_start], start=start, end=end),

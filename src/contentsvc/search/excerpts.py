@@ -93,7 +93,7 @@ def _best_window_start(hits: list[tuple[int, int, str]], window: int, weights: M
     distinct query terms (each weighing 1 without weights): one pass, the window's term counts
     and their weight kept as it slides (rebuilding a set per hit was half an excerpt's time on a
     SciFact abstract)."""
-    weight = (lambda term: 1.0) if weights is None else (lambda term: weights.get(term, 1.0))
+    weight = weights or {}
     counts: dict[str, int] = {}
     best_start, best_score, score, k = 0, 0.0, 0.0, 0
     for j, (start, _, term) in enumerate(hits):
@@ -102,7 +102,7 @@ def _best_window_start(hits: list[tuple[int, int, str]], window: int, weights: M
             entering = hits[k][2]
             if entering not in counts:
                 counts[entering] = 0
-                score += weight(entering)
+                score += weight.get(entering, 1.0)
             counts[entering] += 1
             k += 1
         if score > best_score + 1e-9:
@@ -111,7 +111,7 @@ def _best_window_start(hits: list[tuple[int, int, str]], window: int, weights: M
             counts[term] -= 1
             if not counts[term]:
                 del counts[term]
-                score -= weight(term)
+                score -= weight.get(term, 1.0)
     return best_start
 
 

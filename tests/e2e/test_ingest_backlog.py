@@ -15,8 +15,8 @@ import uuid
 import httpx
 import pytest
 
-from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, key_for, text_command, until,
-                            wait_current, wait_resolved)
+from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, json_lines, key_for, text_command,
+                            until, wait_current, wait_resolved)
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +70,10 @@ def test_ingests_are_refused_while_the_folds_are_behind_and_accepted_once_they_c
                      "ingest accepted again", timeout=30)
     resolved = wait_resolved(client, accepted.json()["receipt_id"])
     assert resolved["outcome"] == "created" and resolved["source"]["record_key"] == "refused"
+    # The operator sees both turns in the API's log.
+    events = [(line["event"], line["level"]) for line in json_lines(own_server.log_path)
+              if line.get("event", "").startswith("ingest_backlog")]
+    assert ("ingest_backlog", "warning") in events and ("ingest_backlog_cleared", "info") in events
 
 
 def test_embedding_that_lags_refuses_nothing(own_server, client):

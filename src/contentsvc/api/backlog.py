@@ -11,7 +11,8 @@ vectors fold is not one of them: embedding lags by design, and `record.enriched`
 has caught up (docs/decisions.md "Ingest backlog").
 
 The age is read at most once a second, by one request while the others wait for it: one
-indexed read of the journal per second under load, none when nobody ingests.
+indexed read of the journal per second under load, none when nobody ingests. The API logs
+`ingest_backlog` (a warning) when it starts refusing and `ingest_backlog_cleared` when it stops.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ import math
 import time
 
 from contentsvc.domain.errors import ApiError
+from contentsvc.logging import get_logger
+
+log = get_logger("contentsvc.api.backlog")
 
 REFRESH_SECONDS = 1.0
 RETRY_AFTER_SECONDS = 5
@@ -55,7 +59,7 @@ class IngestBacklog:
         if time.monotonic() - self._read_at >= REFRESH_SECONDS:
             async with self._reading:
                 if time.monotonic() - self._read_at >= REFRESH_SECONDS:  # not read while this waited
-                    self.seconds = await self._oldest_unfolded_age()
+                    self._observe(await self._oldest_unfolded_age())
                     self._read_at = time.monotonic()
         if self.seconds > self.max_seconds:
             raise ApiError(
@@ -63,6 +67,14 @@ class IngestBacklog:
                 f"Processing is {int(self.seconds)} s behind what was accepted (the limit is {self.max_seconds} s);"
                 " nothing was accepted. Retry after Retry-After seconds.",
                 retryable=True, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+    def _observe(self, seconds: float) -> None:
+        behind, was_behind = seconds > self.max_seconds, self.seconds > self.max_seconds
+        if behind and not was_behind:
+            log.warning("ingest_backlog", behind_s=round(seconds, 1), limit_s=self.max_seconds)
+        elif was_behind and not behind:
+            log.info("ingest_backlog_cleared", behind_s=round(seconds, 1), limit_s=self.max_seconds)
+        self.seconds = seconds
 
     async def _oldest_unfolded_age(self) -> float:
         async with self.pool.connection() as conn:

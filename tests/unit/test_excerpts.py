@@ -33,11 +33,23 @@ def test_the_fast_path_finds_what_the_general_scan_finds(text, query_words):
 
 
 @settings(max_examples=300, deadline=None)
-@given(texts, st.lists(words, min_size=1, max_size=6), st.integers(0, 5000))
-def test_an_excerpt_is_a_window_of_the_text_at_its_offset(text, query_words, offset):
-    start, end = excerpt(text, query_terms(" ".join(query_words)), offset=offset)
+@given(texts, st.lists(words, min_size=1, max_size=6), st.integers(0, 5000), st.booleans(), st.randoms())
+def test_an_excerpt_is_a_window_of_the_text_at_its_offset(text, query_words, offset, weighted, random):
+    terms = query_terms(" ".join(query_words + text.split()[::5]))
+    weights = {t: random.uniform(0.01, 12.0) for t in terms} if weighted else None
+    start, end = excerpt(text, terms, offset=offset, weights=weights)
     assert offset <= start <= end <= offset + len(text)
     assert end - start <= WINDOW
+
+
+def test_a_light_term_does_not_choose_the_window():
+    # Weighing under a tenth of the heaviest, "the" is left out: the window starts near the rare
+    # word, not at the run of "the" just before it, which would push the rare word's neighbours out.
+    text = "filler " * 50 + "the " * 30 + "mitochondria " + "matter " * 40 + "apoptosis " + "filler " * 50
+    terms = query_terms("the mitochondria apoptosis")
+    weights = {"the": 0.01, "mitochondria": 5.0, "apoptosi": 5.0}
+    start, end = excerpt(text, terms, weights=weights)
+    assert text.index("mitochondria") - start <= WINDOW // 4  # the lead before the first term that counts
 
 
 def test_the_window_holding_most_query_words_wins():

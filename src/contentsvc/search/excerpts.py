@@ -5,7 +5,9 @@ the excerpt is computed here from the hit's segment of the Part text: words are 
 with the index's analysis (same stemming, CJK bigrams), and the window whose distinct query
 terms weigh most wins. A term weighs its inverse document frequency in the lexical index
 (lexical_index.term_weights) where the search has one, else 1: a window holding a query's
-"the", "of" and "in" then loses to the one holding its "mitochondria".
+"the", "of" and "in" then loses to the one holding its "mitochondria". A term weighing under a
+tenth of the query's heaviest is left out of the choice altogether: it could only break ties,
+and finding every "the" and "of" of a text was half of an excerpt's time.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Mapping
 from contentsvc.search import analysis
 
 WINDOW = 240  # code points
+LIGHT_SHARE = 0.1  # of the heaviest query term's weight: a term weighing less does not choose the window
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -121,6 +124,9 @@ def excerpt(text: str, terms: frozenset[str], *, offset: int = 0, window: int = 
     query term's weight (absent: every term weighs 1)."""
     if len(text) <= window:
         return offset, offset + len(text)
+    if weights:
+        floor = LIGHT_SHARE * max(weights.get(t, 1.0) for t in terms) if terms else 0.0
+        terms = frozenset(t for t in terms if weights.get(t, 1.0) >= floor)
     start = _best_window_start(_hits(text, terms), window, weights)
     if start > 0:  # show a little context before the first match, at a word boundary
         lead = max(0, start - window // 4)

@@ -291,7 +291,8 @@ def term_weights(index: tantivy.Index, layout: Layout, terms: frozenset[str]) ->
     documents = searcher.num_docs
     weights = {}
     for term in terms:
-        found = max(searcher.doc_freq(field, term) for field in layout.text_fields)
+        # Deleted documents count in doc_freq until a merge drops them, not in num_docs.
+        found = min(documents, max(searcher.doc_freq(field, term) for field in layout.text_fields))
         weights[term] = math.log(1 + (documents - found + 0.5) / (found + 0.5))
     return weights
 

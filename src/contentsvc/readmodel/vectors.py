@@ -26,8 +26,11 @@ _INDEXED = ("FROM vectors x JOIN records r ON r.record_id = x.record_id"
 # What a search may cite: the current vectors of searchable Versions, in the caller's
 # Organization and requested Corpora, of the filter's source namespaces when it has one.
 # Both sides are bounded by the scope (index vectors_by_corpus, records_by_corpus), so
-# the read costs what the scope holds, not what the deployment does.
-_SERVABLE = ("FROM vectors x JOIN records r ON r.record_id = x.record_id AND r.current_version_id = x.version_id"
+# the read costs what the scope holds, not what the deployment does. A Version id names one
+# Record, so the current Version alone joins them: with the Record's id as a second join key
+# the planner expected one row out of thousands and looked each Version up in turn (SciFact:
+# 25-49 ms against 14-17 for the same rows).
+_SERVABLE = ("FROM vectors x JOIN records r ON r.current_version_id = x.version_id"
              " JOIN versions v ON v.version_id = x.version_id"
              " WHERE x.space = %(space)s AND x.org_id = %(org)s AND x.corpus_id = ANY(%(corpora)s)"
              " AND r.org_id = %(org)s AND r.corpus_id = ANY(%(corpora)s) AND NOT r.withdrawn AND v.searchable"

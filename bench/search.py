@@ -115,6 +115,17 @@ def wait_ready(database_url: str, n: int, cap_s: float) -> dict:
     return out
 
 
+def planner_statistics(database_url: str) -> str:
+    """Searches are measured as a deployment serves them a few minutes after a load: with the
+    planner's statistics of the new rows, which autovacuum gathers within a minute. Where the
+    server runs with autovacuum off, the bench gathers them itself (ANALYZE), and says so."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        if conn.execute("SHOW autovacuum").fetchone()[0] == "on":
+            return "autovacuum"
+        conn.execute("ANALYZE")
+        return "ANALYZE by the bench (the server's autovacuum is off)"
+
+
 async def run_queries(client: LoadClient, queries: dict[str, str], mode: str, concurrency: int,
                       id_of: dict[str, str], limit: int = API_MAX_LIMIT, corpus: str = CORPUS):
     latencies: list[float] = []
@@ -355,7 +366,8 @@ async def run(args, clock: Run) -> dict:
             print("[bench search] ingesting ...", file=sys.stderr)
             ingest_s = await ingest_all(client, docs)
             ready = wait_ready(target.database_url, len(docs), args.cap)
-            report["ingest"] = {"seconds": round(ingest_s, 1), **ready}
+            report["ingest"] = {"seconds": round(ingest_s, 1), **ready,
+                                "planner_statistics": planner_statistics(target.database_url)}
             with psycopg.connect(target.database_url) as conn:
                 id_of = dict(conn.execute("SELECT record_id, record_key FROM records WHERE corpus_id = %s",
                                           (CORPUS,)).fetchall())

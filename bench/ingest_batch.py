@@ -5,7 +5,6 @@ resolved end to end."""
 from __future__ import annotations
 
 import json
-from contextlib import nullcontext
 from typing import Any
 
 from contentsvc.bench.ingest_requests import (DRAIN_CAP_S, PHASE_CAP_S, Texts, closed_loop, decode, encode,
@@ -50,7 +49,7 @@ async def bench_batch(target: Target, texts: Texts, corpus_id: str, run_id: str,
             if ok:
                 last_receipts.append(ok[-1]["receipt"]["receipt_id"])
 
-        with folds_paused(target) if pause_folds else nullcontext(None) as paused:
+        with folds_paused(target, pause_folds) as paused:
             loop = await closed_loop(load, "/v0/records/batch", bodies, BATCH_CONCURRENCY, 200, answered)
         await load.aclose()
         drain = await wait_resolved(client, last_receipts, DRAIN_CAP_S, target.database_url)

@@ -3,7 +3,6 @@ loop, then how long the projectors take to resolve the last Receipts."""
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any
 
 from contentsvc.bench.ingest_requests import (DRAIN_CAP_S, PHASE_CAP_S, Texts, closed_loop, decode, encode,
@@ -32,7 +31,7 @@ async def bench_single(target: Target, texts: Texts, corpus_id: str, run_id: str
             latencies.append(elapsed)
             receipts.append(decode(r.content)["receipt_id"])
 
-        with folds_paused(target) if pause_folds else nullcontext(None) as paused:
+        with folds_paused(target, pause_folds) as paused:
             loop = await closed_loop(load, "/v0/records", bodies, SINGLE_CONCURRENCY, 202, accepted)
         await load.aclose()
         drain = await wait_resolved(client, receipts[-SINGLE_CONCURRENCY * 2:], DRAIN_CAP_S, target.database_url)

@@ -123,10 +123,14 @@ def children_of(supervisor_pid: int, roles: tuple[bytes, ...]) -> list[int]:
 
 
 @contextmanager
-def folds_paused(target: Target):
+def folds_paused(target: Target, pause: bool = True):
     """Every projector and worker of a service the bench started stopped (SIGSTOP) for the
     block, resumed after: what the API alone reaches with the cores to itself, a reference
-    beside the same phase with the folds running. Yields how many were stopped."""
+    beside the same phase with the folds running. Yields how many were stopped; with `pause`
+    false, stops nothing and yields None (the phase itself)."""
+    if not pause:
+        yield None
+        return
     pids = (children_of(target.supervisor_pid, (b"projector", b"worker"))
             if target.supervisor_pid and Path("/proc").is_dir() else [])
     for pid in pids:

@@ -23,21 +23,24 @@ import time
 
 from contentsvc.domain.errors import ApiError
 from contentsvc.logging import get_logger
+from contentsvc.readmodel.changes import FEED_PROJECTOR
+from contentsvc.search import generations
 
 log = get_logger("contentsvc.api.backlog")
 
 REFRESH_SECONDS = 1.0
 RETRY_AFTER_SECONDS = 5
 
-# The age of the first event after the least advanced of those folds' checkpoints (none: 0).
+# Projectors/materializer.py's name: importing that module would load the plugin contract check
+# into the API for one string.
+MATERIALIZER = "materializer"
+
+# The age of the first event after the least advanced of the named checkpoints (none: 0).
 _OLDEST_UNFOLDED_AGE = """
-SELECT extract(epoch FROM clock_timestamp() - j.committed_at)::float8
-  FROM journal j
- WHERE j.position > (SELECT min(c.position) FROM projector_checkpoints c
-                      WHERE c.name IN ('materializer', 'readmodel')
-                         OR c.name IN (SELECT 'lexical:' || g.generation_id FROM search_generations g
-                                        WHERE g.kind = 'lexical' AND g.state = 'serving'))
- ORDER BY j.position
+SELECT extract(epoch FROM clock_timestamp() - committed_at)::float8
+  FROM journal
+ WHERE position > (SELECT min(position) FROM projector_checkpoints WHERE name = ANY(%s))
+ ORDER BY position
  LIMIT 1
 """
 
@@ -78,6 +81,8 @@ class IngestBacklog:
 
     async def _oldest_unfolded_age(self) -> float:
         async with self.pool.connection() as conn:
-            cur = await conn.execute(_OLDEST_UNFOLDED_AGE)
+            lexical = await generations.serving(conn, generations.LEXICAL)
+            folds = [MATERIALIZER, FEED_PROJECTOR] + ([lexical.checkpoint_name] if lexical else [])
+            cur = await conn.execute(_OLDEST_UNFOLDED_AGE, (folds,))
             row = await cur.fetchone()
         return max(0.0, row[0]) if row and row[0] is not None else 0.0

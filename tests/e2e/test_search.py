@@ -333,8 +333,8 @@ def test_an_excerpt_without_a_stored_segment_is_cut_from_the_version(api, databa
 
 def test_a_page_of_stale_candidates_widens_the_search(api, database_url, org):
     # part 1 rule 20: hits are only current, authorized Versions, however far the index is behind;
-    # decisions.md Search: a lexical page asks the index for limit + 10 candidates, and four times
-    # as many again (up to three rounds) while too few of them are current.
+    # decisions.md Search: a lexical page asks the index for the Versions of limit + 2 candidates,
+    # and four times as many again (up to three rounds) while too few of them are current.
     corpus = create_corpus(api, _cid())
     tok = _token()
     receipts = ingest_batch(api, [text_command(corpus, f"w{i}", f"{tok} current {i}") for i in range(12)])
@@ -354,11 +354,11 @@ def test_a_page_of_stale_candidates_widens_the_search(api, database_url, org):
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
             principal = Principal(key_id="key_test", org_id=org, actions=frozenset({"search:query"}), corpora=None)
             request = SearchRequest(query=tok, corpus_ids=[corpus], mode="lexical", limit=10)
-            return await search_service._ranked(conn, principal, request, fetch, request.limit + 10,
-                                                request.limit)
+            return await search_service._ranked(conn, principal, request, fetch,
+                                                request.limit + search_service.STALE_SLACK, request.limit)
 
     best, hydrated = asyncio.run(rank())
-    assert asked == [20, 80]  # 20 stale candidates, then all 37
+    assert asked == [12, 48]  # 12 stale candidates, then all 37
     assert [c.version_id for c in best] == [r["version_id"] for r in current]
     assert all(hydrated[c.version_id].parts is not None for c in best[:10])
 

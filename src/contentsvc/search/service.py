@@ -45,6 +45,7 @@ PROFILES = [
 # "Hybrid fusion"). RRF's k = 10 was chosen on Cranfield (nDCG@10 0.4007 vs 0.3962 at the customary 60).
 FUSIONS = {"default": Fusion("zscore", lexical_weight=0.5), "rrf": Fusion("rrf", rrf_k=10)}
 CANDIDATE_ROUNDS = 3
+STALE_SLACK = 2  # candidates beyond a lexical page's hits
 
 
 def search_unavailable(why: str) -> ApiError:
@@ -71,6 +72,7 @@ class LexicalSearcher:
         self._layout = lexical_index.CURRENT
         self._seen = -1
         self._routed_seen: set[str] = set()  # Corpus projection generations searched since the last reload
+        self._alone: dict[tuple[tuple[str, ...], int], bool] = {}  # lexical_index.holds_everything, by index state
 
     def index(self, generation_id: str | None, routed: list[str]) -> tuple[tantivy.Index, lexical_index.Layout]:
         """The index to search the `routed` projection generations in. A generation searched
@@ -91,8 +93,20 @@ class LexicalSearcher:
             self._seen = self.moved.count
             self._index.reload()
             self._routed_seen = set()
+            self._alone = {}
         self._routed_seen.update(routed)
         return self._index, self._layout
+
+    def alone(self, routed: list[str]) -> bool:
+        """Whether the `routed` projection generations hold every live document of the index
+        opened last (lexical_index.search then filters its hits, not its query). Kept until the
+        next reload, and keyed by the document count too, for a reader that reloaded itself:
+        a stale answer costs a search twice, never a wrong hit."""
+        key = (tuple(sorted(routed)), self._index.searcher().num_docs)
+        alone = self._alone.get(key)
+        if alone is None:
+            alone = self._alone[key] = lexical_index.holds_everything(self._index, routed)
+        return alone
 
 
 class VectorSearcher:
@@ -266,19 +280,21 @@ class Ranked:
 
 async def _ranked(conn: AsyncConnection, p: Principal, req: SearchRequest, fetch, wanted: int, texts: int,
                   rounds: int = CANDIDATE_ROUNDS) -> tuple[list, dict]:
-    """Candidates from `fetch(n)`, hydrated (with the Part texts of the first `texts` Versions)
-    and collapsed per Version, asking for more when too many were stale (up to `rounds`)."""
+    """Candidates of `wanted` Versions from `fetch(wanted)` (best first), hydrated (with the
+    Part texts of the first `texts` Versions) and collapsed per Version, asking for four times
+    as many when too many were stale (up to `rounds`)."""
     hydrated: dict = {}
     best: dict[str, Ranked] = {}
     for _ in range(rounds):
         candidates = await fetch(wanted)
-        hydrated = await _hydrate(conn, p.org_id, req.corpus_ids, list(dict.fromkeys(c.version_id for c in candidates)),
+        versions = list(dict.fromkeys(c.version_id for c in candidates))
+        hydrated = await _hydrate(conn, p.org_id, req.corpus_ids, versions,
                                   req.filter.source_namespaces if req.filter else None, texts)
         best = {}
         for c in candidates:  # best segment per Version, in score order
             if c.version_id in hydrated and c.version_id not in best:
                 best[c.version_id] = c
-        if len(best) >= req.limit or len(candidates) < wanted:
+        if len(best) >= req.limit or len(versions) < wanted:
             break
         wanted *= 4
     return list(best.values()), hydrated
@@ -287,9 +303,11 @@ async def _ranked(conn: AsyncConnection, p: Principal, req: SearchRequest, fetch
 async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: VectorSearcher, p: Principal,
                 req: SearchRequest, with_vectors: list[str], routed: list[str],
                 lexical_generation: str | None, projection_of: dict[str, str]) -> list[SearchHit]:
-    # A fused list draws on both lists beyond the page; a lexical page needs only its hits and some
-    # slack for stale candidates (a widening round asks for more when too many were stale).
-    wanted = req.limit + 10 if req.mode == "lexical" else req.limit * 2 + 10
+    # Versions asked of each retriever. A fused list draws on both lists beyond the page; a lexical
+    # page needs only its hits and a little slack for stale candidates (Versions the index still
+    # holds but the read model no longer serves): a widening round asks for more when too many
+    # were stale. Each candidate costs a stored document's read and a row of the hydration.
+    wanted = req.limit + STALE_SLACK if req.mode == "lexical" else req.limit * 2 + 10
     namespaces = req.filter.source_namespaces if req.filter else None
     lexical_ranked, semantic_ranked, hydrated = [], [], {}
     # The lexical index serves the excerpts' segment texts too, where it stores them; else the
@@ -303,7 +321,8 @@ async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vector
         # On the event loop, not in a worker thread: the hop cost more than the search (a c=1
         # probe: p50 4.4 -> 4.2 ms; at c=8: 300 -> 390 searches/s, p99 45 -> 28 ms).
         async def fetch_lexical(n: int):
-            return lexical_index.search(index, layout, p.org_id, routed, req.query, n, namespaces)
+            return lexical_index.search(index, layout, p.org_id, routed, req.query, n, namespaces,
+                                        alone=not namespaces and lexical.alone(routed))
 
         lexical_ranked, found = await _ranked(conn, p, req, fetch_lexical, wanted, texts)
         hydrated.update(found)

@@ -214,3 +214,29 @@ def test_semantic_only_search_without_vector_coverage_is_an_error_never_empty(ap
             break
         time.sleep(0.2)
     assert_error(r, 422, "unsupported_search")
+
+
+def test_a_scope_is_read_again_once_the_read_model_moves(api):
+    # part1 rule 20 (only current, searchable Versions rank) and search/semantic_scopes.py: the
+    # labels of a scope are reused only while the read model's position is the one they were read
+    # at, so the search right after a Receipt shows enrichment ranks the new vectors.
+    corpus = create_corpus(api)
+
+    def version(receipt_id: str) -> tuple[str, str]:
+        receipt = api.get(f"/v0/ingestion-receipts/{receipt_id}").json()
+        return receipt["record_id"], receipt["version_id"]
+
+    def ranked() -> set[tuple[str, str]]:
+        return {(h["record_id"], h["version_id"]) for h in search(api, [corpus])}
+
+    first = ingest(api, corpus, "clinic", "measles", RELEVANT["clinic"]["measles"])
+    wait_enriched(api, [first])
+    assert ranked() == {version(first)}
+    assert ranked() == {version(first)}  # the same scope, kept
+    second = ingest(api, corpus, "clinic", "boosters", RELEVANT["clinic"]["boosters"])
+    wait_enriched(api, [second])
+    assert ranked() == {version(first), version(second)}
+    # The first Record's new Version replaces its vectors in the scope.
+    replaced = ingest(api, corpus, "clinic", "measles", UNRELATED["bread"])
+    wait_enriched(api, [replaced])
+    assert ranked() == {version(replaced), version(second)}

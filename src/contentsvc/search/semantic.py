@@ -4,7 +4,8 @@ One hnswlib index holds every Organization's and Corpus's vectors. Asking it for
 the nearest k and filtering afterwards starves a small Corpus beside large ones,
 so the scope comes first: Postgres names the vectors a search may rank (its
 Organization, its Corpora, the `source_namespaces` filter, current searchable
-Versions only; readmodel/vectors), and only those are ranked.
+Versions only; readmodel/vectors, kept while the read model stands still by
+search/semantic_scopes), and only those are ranked.
 
 - Up to EXACT_SCAN_MAX vectors: an exact scan, the cosine of each with the query,
   over the scope's vectors read from Postgres by label (binary, about 5 us each; the
@@ -32,8 +33,8 @@ import numpy as np
 from psycopg import AsyncConnection
 
 from contentsvc.readmodel import vectors as current_vectors
-from contentsvc.search import vector_index
 from contentsvc.search.embedding import DIMENSIONS
+from contentsvc.search.semantic_scopes import Scope
 
 # Measured on the deployment's 2-core machine (docs/decisions.md, Search): reading and
 # scanning 5,000 vectors takes about 27 ms, reading only their labels about 15 ms (the scope's
@@ -65,18 +66,15 @@ class ServedIndex:
 
 
 async def nearest(conn: AsyncConnection, served: Callable[[], Awaitable[ServedIndex]], query: np.ndarray,
-                  org_id: str, corpus_ids: list[str], namespaces: list[str] | None,
-                  versions: int) -> list[tuple[int, float]]:
+                  scope: Scope, versions: int) -> list[tuple[int, float]]:
     """The `versions` nearest Versions in scope, best first: each as (label of its nearest
     segment, cosine similarity). `served` loads the hnswlib snapshot, needed only for a
     scope too large to scan."""
-    allowed = await current_vectors.servable(conn, vector_index.SPACE, org_id, corpus_ids, namespaces)
-    version_of = dict(allowed)
-    if len(allowed) <= EXACT_SCAN_MAX:
+    version_of, labels = scope.version_of, scope.labels
+    if len(version_of) <= EXACT_SCAN_MAX:
         stored = await current_vectors.stored(conn, list(version_of))
         return _exact([(label, version_of[label], vector) for label, vector in stored], query, versions)
 
-    labels = np.fromiter(version_of, dtype=np.int64, count=len(version_of))
     snapshot = await served()
     in_snapshot = snapshot.holds(labels)
     found = await asyncio.to_thread(_walk, snapshot.index, query, labels[in_snapshot], versions * SEGMENTS_PER_VERSION)

@@ -32,6 +32,7 @@ from contentsvc.search.corpus_routes import CorpusRoutes
 from contentsvc.search.embedding import EmbeddingModelMissing
 from contentsvc.search.excerpts import excerpt, query_terms
 from contentsvc.search.fusion import Fusion
+from contentsvc.search.semantic_scopes import SemanticScopes
 
 MAX_QUERY_CHARS = 8192
 PROFILES = [
@@ -111,10 +112,11 @@ class LexicalSearcher:
 
 class VectorSearcher:
     """The serving vector generation's latest hnswlib snapshot (loaded when a search's scope
-    is too large to scan exactly), and the query embedder."""
+    is too large to scan exactly), the scopes' labels, and the query embedder."""
 
     def __init__(self, home: Path) -> None:
         self.home = home
+        self.scopes = SemanticScopes()
         self._file: str | None = None
         self._index = None
         self._embedder = None
@@ -403,7 +405,7 @@ def _segment_key(r) -> tuple[str, str, int]:
 async def _semantic_candidates(conn: AsyncConnection, vectors: VectorSearcher, query_vector, org_id: str,
                                corpus_ids: list[str], namespaces: list[str] | None, versions: int) -> list[Ranked]:
     """The nearest Versions among those the search's scope allows, each by its best segment."""
-    best = await semantic.nearest(conn, lambda: vectors.index(conn), query_vector, org_id, corpus_ids, namespaces,
-                                  versions)
+    scope = await vectors.scopes.scope(conn, vector_index.SPACE, org_id, corpus_ids, namespaces)
+    best = await semantic.nearest(conn, lambda: vectors.index(conn), query_vector, scope, versions)
     segments = await current_vectors.segments(conn, [label for label, _ in best])
     return [Ranked(*segments[label], score) for label, score in best if label in segments]

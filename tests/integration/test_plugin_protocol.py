@@ -10,6 +10,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 
 import httpx
 import pypdf
@@ -156,7 +157,12 @@ def test_invocations_are_logged_without_bodies(pdf_plugin, tmp_path):
     request = normalizer_request(write(tmp_path, "d.pdf", data), data)
     request["invocation_id"] = "inv_logged_once"
     call(target_for(pdf_plugin, "pdf"), "normalizer", request)
-    lines = [json.loads(line) for line in pdf_plugin.log().splitlines() if "inv_logged_once" in line]
+    # The plugin writes its line once the answer is sent: it may reach the file a moment after.
+    for _ in range(100):
+        lines = [json.loads(line) for line in pdf_plugin.log().splitlines() if "inv_logged_once" in line]
+        if lines:
+            break
+        time.sleep(0.05)
     assert lines and lines[-1]["event"] == "plugin_invocation"
     assert {k: lines[-1][k] for k in ("plugin", "contribution", "status")} == \
         {"plugin": "pdf", "contribution": "normalizer", "status": 200}

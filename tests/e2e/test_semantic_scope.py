@@ -232,7 +232,7 @@ def test_a_scope_is_read_again_once_the_read_model_moves(api):
     first = ingest(api, corpus, "clinic", "measles", RELEVANT["clinic"]["measles"])
     wait_enriched(api, [first])
     assert ranked() == {version(first)}
-    assert ranked() == {version(first)}  # the same scope, kept
+    assert ranked() == {version(first)}  # again at the same position: the same answer
     second = ingest(api, corpus, "clinic", "boosters", RELEVANT["clinic"]["boosters"])
     wait_enriched(api, [second])
     assert ranked() == {version(first), version(second)}

@@ -20,7 +20,7 @@ import numpy as np
 from psycopg import AsyncConnection
 
 from contentsvc.readmodel import vectors as current_vectors
-from contentsvc.readmodel.changes import FEED_PROJECTOR
+from contentsvc.readmodel.changes import head_position
 
 MAX_LABELS = 500_000  # kept across every scope (about 150 bytes each); past it the cache starts again empty
 
@@ -45,15 +45,12 @@ class SemanticScopes:
     async def scope(self, conn: AsyncConnection, space: str, org_id: str, corpus_ids: list[str],
                     namespaces: list[str] | None) -> Scope:
         key = (space, org_id, tuple(sorted(corpus_ids)), None if namespaces is None else tuple(sorted(namespaces)))
-        cur = await conn.execute("SELECT position FROM projector_checkpoints WHERE name = %s", (FEED_PROJECTOR,))
-        row = await cur.fetchone()
-        position = row[0] if row else None
+        position = await head_position(conn)
         kept = self._kept.get(key)
-        if kept is not None and position is not None and kept[0] == position:
+        if kept is not None and kept[0] == position:
             return kept[1]
         scope = Scope.of(await current_vectors.servable(conn, space, org_id, corpus_ids, namespaces))
-        if position is not None:
-            self._keep(key, position, scope)
+        self._keep(key, position, scope)
         return scope
 
     def _keep(self, key: tuple, position: int, scope: Scope) -> None:

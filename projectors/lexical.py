@@ -98,7 +98,6 @@ class LexicalProjector(GenerationFold):
     # Its currentness decision appends under the journal lock (12.7 ms at the median with 1,000
     # positions under batch ingest), every other append waiting: half the usual step.
     batch_size = 500
-    announces_progress = True  # the API's searchers reload on it
     PURGE_EVERY_SECONDS = 1.0
     # Each step commits the Tantivy index (a new segment, fsynced): under a stream of single
     # ingests, 200 ms of gathering (Elasticsearch refreshes every second) cuts that work several-fold.

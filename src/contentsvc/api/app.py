@@ -48,7 +48,6 @@ from contentsvc.domain.errors import ApiError, storage_unavailable
 from contentsvc.ids import new_id
 from contentsvc.journal.store import PROGRESS_CHANNEL
 from contentsvc.logging import get_logger
-from contentsvc.search import generations
 from contentsvc.search.corpus_routes import ROUTES_CHANNEL, CorpusRoutes
 from contentsvc.search.service import LexicalSearcher, VectorSearcher
 
@@ -153,8 +152,6 @@ async def _listen(url: str, settings: Settings, services: Services) -> None:
                         instances.clear()
                     elif notice.payload == FEED_PROJECTOR:
                         services.feed_moved.bump()
-                    elif notice.payload == generations.LEXICAL:
-                        services.lexical.moved.bump()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the database is away: streams fall back to polling, keys are read
@@ -203,7 +200,7 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
         await pool.open(wait=False)
         instances: connector_push_routes.PushInstances = NotifiedCache(max_entries=10_000)
         app.state.services = Services(settings, pool, CursorCodec(secret), FeedTicker(),
-                                      LexicalSearcher(settings.home, FeedTicker()), VectorSearcher(settings.home),
+                                      LexicalSearcher(settings.home), VectorSearcher(settings.home),
                                       public_base_url, PrincipalCache(), SingleCommandGroups(pool), PushIngests(pool),
                                       PushAudit(pool), instances, CorpusRoutes(),
                                       IngestBacklog(pool, settings.ingest.max_backlog_seconds))

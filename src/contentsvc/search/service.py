@@ -15,7 +15,6 @@ import tantivy
 from psycopg import AsyncConnection
 
 from contentsvc.auth.principal import Principal
-from contentsvc.readmodel.changes import FeedTicker
 from contentsvc.domain.models import (
     Excerpt,
     Explanation,
@@ -65,37 +64,37 @@ def embedding_model_missing(exc: EmbeddingModelMissing) -> ApiError:
 class LexicalSearcher:
     """The serving lexical generation, opened read-only, reloaded after each projector commit."""
 
-    def __init__(self, home: Path, moved: FeedTicker) -> None:
+    def __init__(self, home: Path) -> None:
         self.home = home
-        self.moved = moved
         self._generation: str | None = None
         self._index: tantivy.Index | None = None
         self._layout = lexical_index.CURRENT
-        self._seen = -1
-        self._routed_seen: set[str] = set()  # Corpus projection generations searched since the last reload
+        self._commit: tuple[int, int, int] | None = None  # the loaded commit's meta.json (inode, mtime, size)
         self._alone: dict[tuple[tuple[str, ...], int], bool] = {}  # lexical_index.holds_everything, by index state
 
     def index(self, generation_id: str | None, routed: list[str]) -> tuple[tantivy.Index, lexical_index.Layout]:
-        """The index to search the `routed` projection generations in. A generation searched
-        for the first time forces a reload: the read model routes to a new generation only
-        after the commit that completed it, which this reader may not have seen yet."""
+        """The index to search the `routed` projection generations in, as of its last commit.
+        Every commit replaces meta.json, and the lexical projector commits before it publishes
+        what the commit made searchable: a search that sees a new meta.json (one stat, about
+        2 us) reloads, so a Version a Receipt shows searchable is found by the next search
+        (part 1, ingest rules), and a generation the read model routes to is loaded complete."""
         if generation_id is None:
             raise search_unavailable("no lexical generation has been built yet")
         path = generations.index_path(self.home, generations.LEXICAL, generation_id)
-        if not (path / "meta.json").exists():  # files gone: an error, never empty hits
-            raise search_unavailable(f"generation {generation_id} has no index files")
+        try:
+            meta = (path / "meta.json").stat()
+        except FileNotFoundError:  # files gone: an error, never empty hits
+            raise search_unavailable(f"generation {generation_id} has no index files") from None
         if generation_id != self._generation:
             try:
                 self._index, self._layout = lexical_index.open_index(path)
             except lexical_index.IndexUnavailable as exc:
                 raise search_unavailable(str(exc)) from None
-            self._generation, self._seen = generation_id, -1
-        if self._seen != self.moved.count or not self._routed_seen.issuperset(routed):
-            self._seen = self.moved.count
+            self._generation, self._commit = generation_id, None
+        if self._commit != (commit := (meta.st_ino, meta.st_mtime_ns, meta.st_size)):
+            self._commit = commit
             self._index.reload()
-            self._routed_seen = set()
             self._alone = {}
-        self._routed_seen.update(routed)
         return self._index, self._layout
 
     def alone(self, routed: list[str]) -> bool:

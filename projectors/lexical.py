@@ -121,7 +121,7 @@ class LexicalProjector(GenerationFold):
         position = min(self.writer.checkpoint(), published)
         log.info("lexical_generation_open", generation=generation.generation_id,
                  index_position=position, published=published, analyzer=self.writer.layout.analyzer)
-        if self.writer.layout is not lexical_index.CURRENT:
+        if self.writer.layout.outdated:
             log.warning("lexical_generation_outdated", generation=generation.generation_id,
                         analyzer=self.writer.layout.analyzer, current=lexical_index.CURRENT.analyzer,
                         segments_stored=self.writer.layout.stores_segments,

@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 
 from contentsvc.domain.retrieval import DEFAULT_RETRIEVAL
 from contentsvc.search import analysis, lexical_index
-from contentsvc.search.lexical_index import CURRENT, LEGACY, ONE_FIELD, LexicalWriter
+from contentsvc.search.lexical_index import CURRENT, LEGACY, NAMED_ANALYZER, ONE_FIELD, LexicalWriter
 from tests.unit.test_retrieval import PAYLOAD
 
 CJK_CHARS = st.sampled_from("東京都北京大学研究者にいるのカタカナ한국어분석")
@@ -37,6 +37,43 @@ def test_a_cjk_run_is_its_overlapping_bigrams(run):
 @given(LATIN_WORDS, CJK_CHARS, LATIN_WORDS)
 def test_a_single_cjk_character_stands_alone_between_latin_words(before, char, after):
     assert analysis.terms(f"{before}{char}{after}") == [*analysis.terms(before), char, *analysis.terms(after)]
+
+
+@given(st.text(st.characters(codec="utf-8"), max_size=60))
+def test_the_quick_test_for_cjk_agrees_with_the_scan_of_every_character(text):
+    # The two-range pre-check may only skip text the eleven CJK ranges hold nothing of.
+    assert analysis.holds_cjk(text) == (analysis._CJK_RUN.search(text) is not None)
+
+
+MIXED_TEXT = st.lists(st.one_of(
+    st.sampled_from(["Running", "studies", "the", "naïve", "CAFÉ", "don't", "e-mail", "β-cells", "x" * 41,
+                     "IL-6", "2.5mg", "東京都", "한국어", "mice", "generalizations"]),
+    st.text(st.characters(codec="utf-8"), max_size=12)), max_size=12).map(" ".join)
+
+
+@given(MIXED_TEXT)
+def test_the_built_in_analyzer_of_new_indexes_makes_the_terms_of_the_earlier_one(text):
+    # New indexes name Tantivy's en_stem, earlier ones the same filters chained (build_analyzer):
+    # a query against either, and the excerpts' terms, must meet the same indexed terms, and each
+    # text must count as many terms (BM25's length norm, seen in a second document's score).
+    prepared = analysis.cjk_bigrams(text)
+    expected = analysis.build_analyzer().analyze(prepared)
+
+    def scores(analyzer: str) -> list[float]:
+        schema = tantivy.SchemaBuilder().add_text_field("text", tokenizer_name=analyzer).build()
+        index = tantivy.Index(schema)
+        if analyzer != analysis.ANALYZER:
+            index.register_tokenizer(analyzer, analysis.build_analyzer())
+        writer = index.writer(15_000_000, 1)
+        writer.add_document(tantivy.Document(text=prepared))
+        writer.add_document(tantivy.Document(text="zyzzyva zyzzyva quokka"))
+        writer.commit()
+        index.reload()
+        searcher = index.searcher()
+        terms = [tantivy.Query.term_query(schema, "text", t) for t in [*expected, "zyzzyva"]]
+        return [searcher.search(q, 2).hits[0][0] if searcher.search(q, 2).hits else 0.0 for q in terms]
+
+    assert scores(analysis.ANALYZER) == scores(analysis.EARLIER_ANALYZER)
 
 
 def _search(path, query):
@@ -102,3 +139,15 @@ def test_an_index_built_before_segments_were_stored_leaves_them_to_the_version(t
     [hit] = lexical_index.search(index, layout, "org", ["proj"], "titles bodies", 10)
     assert (hit.record_id, hit.text) == ("rec_x", None)
     assert lexical_index.stored_segments(index, layout, [("proj", "ver_x", "body", 0)]) == {}
+
+
+def test_an_index_built_with_the_analyzer_by_its_earlier_name_is_current_and_searchable(tmp_path):
+    # Its text field names the registered analyzer that chains en_stem's filters: the same
+    # terms, so it is read and written as it is, and no replay is asked for.
+    index = tantivy.Index(NAMED_ANALYZER.schema(), path=str(tmp_path))
+    del index
+    _write(tmp_path)
+    assert _search(tmp_path, "titles bodies") == (NAMED_ANALYZER, ["rec_x"])
+    assert not NAMED_ANALYZER.outdated and ONE_FIELD.outdated and LEGACY.outdated and not CURRENT.outdated
+    tokenizer = {f["name"]: f["options"] for f in json.loads((tmp_path / "meta.json").read_text())["schema"]}
+    assert tokenizer["text"]["indexing"]["tokenizer"] == analysis.EARLIER_ANALYZER

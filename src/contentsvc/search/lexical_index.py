@@ -56,6 +56,12 @@ class Layout:
             b.add_bytes_field("segment", stored=True, indexed=False)
         return b.build()
 
+    @property
+    def outdated(self) -> bool:
+        """Whether a replay would change what the index serves: the earlier layouts' analysis or
+        missing segment texts (their excerpts read the Versions' texts instead)."""
+        return not self.stores_segments
+
     def texts(self, title: str, body: str, extra: str) -> dict[str, str]:
         """A segment's document texts: one field scores title, Part text and the other search
         fields together (SciFact nDCG@10 0.687 against 0.666 with title and body apart)."""
@@ -65,8 +71,11 @@ class Layout:
 
 
 CURRENT = Layout(analysis.ANALYZER, ("text",), stores_segments=True)
+# Indexes created before the text field named Tantivy's built-in analyzer: the same terms under
+# the name of the analyzer registered for them (analysis.EARLIER_ANALYZER), so not outdated.
+NAMED_ANALYZER = Layout(analysis.EARLIER_ANALYZER, ("text",), stores_segments=True)
 # Indexes created before segments were stored: their excerpts read the Versions' texts.
-ONE_FIELD = Layout(analysis.ANALYZER, ("text",))
+ONE_FIELD = Layout(analysis.EARLIER_ANALYZER, ("text",))
 # Indexes created before the one-field layout: still read and written as they are, with their
 # own analyzer (stop words removed, no CJK segmentation), until a replay rebuilds them.
 LEGACY = Layout("contentsvc_en", ("title", "body", "fields"))
@@ -85,13 +94,14 @@ class IndexUnavailable(Exception):
 def layout_of(path: Path) -> Layout:
     """The layout of the index at `path` (CURRENT for one not created yet)."""
     try:
-        fields = {f["name"] for f in json.loads((path / "meta.json").read_bytes())["schema"]}
+        fields = {f["name"]: f["options"] for f in json.loads((path / "meta.json").read_bytes())["schema"]}
+        analyzer = fields["text"]["indexing"]["tokenizer"] if "text" in fields else None
     except FileNotFoundError:
         return CURRENT
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise IndexUnavailable(f"unreadable index metadata at {path}: {exc}") from exc
     if "segment" in fields:
-        return CURRENT
+        return CURRENT if analyzer == CURRENT.analyzer else NAMED_ANALYZER
     return ONE_FIELD if "text" in fields else LEGACY
 
 
@@ -104,8 +114,9 @@ def open_index(path: Path, create: bool = False) -> tuple[tantivy.Index, Layout]
         index = tantivy.Index(layout.schema(), path=str(path), reuse=True)
     except (ValueError, OSError) as exc:
         raise IndexUnavailable(str(exc)) from exc
-    index.register_tokenizer(layout.analyzer,
-                             analysis.build_analyzer(_LEGACY_STOPWORDS if layout is LEGACY else None))
+    if layout.analyzer != analysis.ANALYZER:  # Tantivy's built-in one is always there
+        index.register_tokenizer(layout.analyzer,
+                                 analysis.build_analyzer(_LEGACY_STOPWORDS if layout is LEGACY else None))
     return index, layout
 
 

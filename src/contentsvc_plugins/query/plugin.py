@@ -21,7 +21,7 @@ import tantivy
 from jsonschema import Draft202012Validator
 
 from contentsvc.search.excerpts import excerpt, query_terms
-from contentsvc.search.analysis import ANALYZER, build_analyzer, cjk_bigrams
+from contentsvc.search.analysis import ANALYZER, cjk_bigrams
 from contentsvc_plugins.server import Plugin, evaluation_batch, terminal
 
 FOLDER = Path(__file__).resolve().parent
@@ -105,7 +105,6 @@ class VersionIndex:
         self.selected = selected
         self.texts = [unicodedata.normalize("NFC", part["text"]) for part in selected]
         self.index = tantivy.Index(SCHEMA)  # in memory: nothing outlives the request
-        self.index.register_tokenizer(ANALYZER, build_analyzer())
         if self.texts:
             writer = self.index.writer(WRITER_HEAP_BYTES, 1)
             analysed = [cjk_bigrams(text) for text in self.texts]

@@ -26,7 +26,7 @@ def _version(n: int, word: str):
 
 
 def _found(searcher: LexicalSearcher, query: str) -> list[str]:
-    index, layout = searcher.index(GENERATION, ["proj"])
+    index, layout = searcher.index(GENERATION)
     return [c.record_id for c in lexical_index.search(index, layout, "org", ["proj"], query, 10)]
 
 
@@ -49,5 +49,5 @@ def test_a_search_reads_the_commit_made_after_the_previous_search(tmp_path):
 
 def test_a_generation_without_files_is_an_error_not_empty_hits(tmp_path):
     with pytest.raises(ApiError) as raised:
-        LexicalSearcher(tmp_path).index(GENERATION, ["proj"])
+        LexicalSearcher(tmp_path).index(GENERATION)
     assert raised.value.status == 503

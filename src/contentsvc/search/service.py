@@ -72,8 +72,8 @@ class LexicalSearcher:
         self._commit: tuple[int, int, int] | None = None  # the loaded commit's meta.json (inode, mtime, size)
         self._alone: dict[tuple[tuple[str, ...], int], bool] = {}  # lexical_index.holds_everything, by index state
 
-    def index(self, generation_id: str | None, routed: list[str]) -> tuple[tantivy.Index, lexical_index.Layout]:
-        """The index to search the `routed` projection generations in, as of its last commit.
+    def index(self, generation_id: str | None) -> tuple[tantivy.Index, lexical_index.Layout]:
+        """The serving generation's index, as of its last commit.
         Every commit replaces meta.json, and the lexical projector commits before it publishes
         what the commit made searchable: a search that sees a new meta.json (one stat, about
         2 us) reloads, so a Version a Receipt shows searchable is found by the next search
@@ -314,9 +314,9 @@ async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vector
     # The lexical index serves the excerpts' segment texts too, where it stores them; else the
     # hydration reads the Part texts of the page's Versions.
     if req.mode == "semantic":
-        index, layout = _segment_store(lexical, lexical_generation, routed)
+        index, layout = _segment_store(lexical, lexical_generation)
     else:
-        index, layout = lexical.index(lexical_generation, routed)
+        index, layout = lexical.index(lexical_generation)
     texts = 0 if layout is not None and layout.stores_segments else req.limit
     if req.mode in ("lexical", "hybrid"):
         # On the event loop, not in a worker thread: the hop cost more than the search (a c=1
@@ -368,12 +368,12 @@ async def _hits(conn: AsyncConnection, lexical: LexicalSearcher, vectors: Vector
     return hits
 
 
-def _segment_store(lexical: LexicalSearcher, generation_id: str | None,
-                   routed: list[str]) -> tuple[tantivy.Index | None, lexical_index.Layout | None]:
+def _segment_store(lexical: LexicalSearcher,
+                   generation_id: str | None) -> tuple[tantivy.Index | None, lexical_index.Layout | None]:
     """The lexical index, for the segment texts of a semantic page; none when it cannot be
     opened (a semantic search does not depend on it: the hydration reads the texts instead)."""
     try:
-        return lexical.index(generation_id, routed)
+        return lexical.index(generation_id)
     except ApiError:
         return None, None
 

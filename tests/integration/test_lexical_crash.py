@@ -10,6 +10,7 @@ and search answers what a clean `projector replay lexical` answers.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
@@ -20,6 +21,7 @@ import httpx
 import psycopg
 import pytest
 
+from contentsvc.operator import replay
 from tests.integration.stack import Stack, command, ingest_batch
 
 
@@ -237,3 +239,27 @@ def test_kill_minus_nine_during_a_rebuild_activates_it_once_with_the_same_hits(s
         assert after[q] == before[q], q
     for q in groups[:3]:  # near-equal scores: the order among them may differ, what is cited may not
         assert len(after[q]) == 20 and {h[1:] for h in after[q]} == {h[1:] for h in before[q]}, q
+
+
+def test_a_replay_read_in_many_batches_indexes_every_version_once(stack, monkeypatch):
+    # operator/replay.py: the next batch is read while this one is indexed. With batches of 7
+    # events, 40 Records take six; the new generation answers what the serving one answered.
+    client = stack.client
+    assert client.post("/v0/corpora", json={"idempotency_key": "m", "corpus_id": "batches", "name": "m"}
+                       ).status_code == 201
+    run = uuid.uuid4().hex[:6]
+    receipts = ingest_batch(client, [command("batches", f"r{i}", f"bt{run}n{i:02d} shared{run} words")
+                                     for i in range(40)])
+    linked = wait_all_searchable(stack.url, receipts)
+    shared = {(h[1], h[2]) for h in search(client, f"shared{run}", "batches", limit=50)}
+    assert len(shared) == 40  # all of them: under the limit, near-equal scores cannot reorder the set
+
+    monkeypatch.setattr(replay, "BATCH", 7)
+    old = serving_generation(stack.url)
+    asyncio.run(replay.replay_lexical(stack.url, stack.home))
+    assert serving_generation(stack.url) != old
+
+    for i, receipt in enumerate(receipts):
+        assert [(h[1], h[2]) for h in search(client, f"bt{run}n{i:02d}", "batches")] == [linked[receipt]]
+    assert {(h[1], h[2]) for h in search(client, f"shared{run}", "batches", limit=50)} == shared
+    assert_published_once(stack.url, [linked[r][1] for r in receipts])

@@ -12,6 +12,7 @@ the old index or the new one, never a gap.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import os
@@ -39,18 +40,36 @@ async def _fold(conn, writer: LexicalWriter, start: int, end: int, indexed: set[
                 task=None) -> int:
     """Every live projection generation of each Corpus gets each Record's latest Version; a
     generation still being backfilled restarts its backfill in the new index (its cursor
-    names the old one), so one that starts during the replay misses nothing."""
+    names the old one), so one that starts during the replay misses nothing.
+
+    The next batch is asked for before this one is indexed: PostgreSQL finds and sends it
+    while this process builds documents (SciFact, 15 replays alternating with reading after
+    indexing: median 8,240 -> 9,190 Parts/s)."""
     live = await projections.load_live(conn)
     position = start
-    while position < end:
-        events = [e for e in await read_after(conn, position, BATCH, INDEXED_KINDS) if e.position <= end]
-        if not events:
-            break
-        apply_to_index(writer, events, live, indexed)
-        position = events[-1].position
-        if progress is not None:
-            progress.update(task, completed=position)
+    reading = _read_batch(conn, position, end) if position < end else None
+    try:
+        while reading is not None:
+            events = await reading
+            reading = None
+            if not events:
+                break
+            position = events[-1].position
+            if position < end and len(events) == BATCH:
+                reading = _read_batch(conn, position, end)
+                await asyncio.sleep(0)  # the read sends its query before indexing holds the loop
+            apply_to_index(writer, events, live, indexed)
+            if progress is not None:
+                progress.update(task, completed=position)
+    finally:
+        if reading is not None:  # indexing failed: no read is left running on the connection
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
     return position
+
+
+def _read_batch(conn, position: int, end: int) -> asyncio.Task:
+    return asyncio.create_task(read_after(conn, position, BATCH, INDEXED_KINDS, through=end))
 
 
 async def _accepted_between(conn, start: int, end: int) -> list:

@@ -76,7 +76,7 @@ async def _accepted_between(conn, start: int, end: int) -> list:
     """The record.accepted and record.withdrawn events in (start, end]."""
     out, position = [], start
     while position < end:
-        events = [e for e in await read_after(conn, position, BATCH, INDEXED_KINDS) if e.position <= end]
+        events = await read_after(conn, position, BATCH, INDEXED_KINDS, through=end)
         if not events:
             break
         out += events

@@ -58,7 +58,7 @@ class Projector(ABC):
     # listens to their channels alone (schema/025) and is not woken by each ingest.
     wakes_on: ClassVar[tuple[str, ...] | None] = None
     # Whether its commits are announced on PROGRESS_CHANNEL: the API listens for the read model's
-    # (change streams) and the lexical index's (searchers reload), and for no other fold's. A
+    # (change streams), and for no other fold's (its lexical searcher checks the index files). A
     # NOTIFY holds PostgreSQL's notify-queue lock through its transaction's commit, so every
     # announcing commit waits for the others: folds nobody listens to stay silent.
     announces_progress: ClassVar[bool] = False

@@ -40,7 +40,6 @@ from pathlib import Path
 
 from psycopg import AsyncConnection
 
-from contentsvc.journal import checkpoints
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent
 from contentsvc.journal.store import append
@@ -212,7 +211,6 @@ class LexicalProjector(GenerationFold):
                 else:
                     news = [projections.operation_event(p, {"state": "running", **projections.counters(p)})]
                 await append(conn, news)
-                await checkpoints.announce(conn, KIND)  # searchers reload
             if finished:
                 log.info("projection_generation_built", generation=p.projection_generation_id,
                          corpus=p.corpus_id, operation=p.operation_id, outcome=news[0].payload.operation.state)

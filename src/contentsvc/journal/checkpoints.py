@@ -47,6 +47,6 @@ async def reset(conn: AsyncConnection, name: str, to: int) -> None:
 
 
 async def announce(conn: AsyncConnection, projector: str) -> None:
-    """Tell listeners (the change feed, the API's searchers) that `projector` committed;
+    """Tell listeners (the API's change streams) that `projector` committed;
     delivered when the surrounding transaction commits."""
     await conn.execute("SELECT pg_notify(%s, %s)", (PROGRESS_CHANNEL, projector))

@@ -87,7 +87,6 @@ async def cut_over(conn: AsyncConnection, old: Generation, new: Generation, posi
                        (old.generation_id,))
     await conn.execute("UPDATE search_generations SET state = 'serving', activated_at = now(), announced = %s"
                        " WHERE generation_id = %s", (announced, new.generation_id))
-    await checkpoints.announce(conn, new.kind)
 
 
 async def serving_or_first(conn: AsyncConnection, kind: str) -> Generation:

@@ -10,7 +10,6 @@ import io
 import json
 import subprocess
 import sys
-import time
 
 import httpx
 import pypdf
@@ -18,6 +17,7 @@ import pytest
 
 from contentsvc.plugins.client import PluginClient, PluginFailed, PluginTarget, PluginUnreachable
 from contentsvc.plugins.manifest import manifest_digest
+from tests.conftest import until
 from tests.fixtures.plugins.make_pdf import SAMPLE_PAGES, SAMPLE_TITLE, make_pdf
 from tests.integration.plugin_processes import PLUGINS, PluginProcess
 
@@ -158,11 +158,8 @@ def test_invocations_are_logged_without_bodies(pdf_plugin, tmp_path):
     request["invocation_id"] = "inv_logged_once"
     call(target_for(pdf_plugin, "pdf"), "normalizer", request)
     # The plugin writes its line once the answer is sent: it may reach the file a moment after.
-    for _ in range(100):
-        lines = [json.loads(line) for line in pdf_plugin.log().splitlines() if "inv_logged_once" in line]
-        if lines:
-            break
-        time.sleep(0.05)
+    lines = until(lambda: [json.loads(line) for line in pdf_plugin.log().splitlines() if "inv_logged_once" in line],
+                  "the invocation's log line", timeout=5.0)
     assert lines and lines[-1]["event"] == "plugin_invocation"
     assert {k: lines[-1][k] for k in ("plugin", "contribution", "status")} == \
         {"plugin": "pdf", "contribution": "normalizer", "status": 200}

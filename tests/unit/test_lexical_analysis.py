@@ -71,7 +71,7 @@ def test_the_built_in_analyzer_of_new_indexes_makes_the_terms_of_the_earlier_one
         index.reload()
         searcher = index.searcher()
         terms = [tantivy.Query.term_query(schema, "text", t) for t in [*expected, "zyzzyva"]]
-        return [searcher.search(q, 2).hits[0][0] if searcher.search(q, 2).hits else 0.0 for q in terms]
+        return [hits[0][0] if (hits := searcher.search(q, 2).hits) else 0.0 for q in terms]
 
     assert scores(analysis.ANALYZER) == scores(analysis.EARLIER_ANALYZER)
 

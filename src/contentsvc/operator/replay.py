@@ -12,9 +12,6 @@ the old index or the new one, never a gap.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import gc
 import os
 from pathlib import Path
 
@@ -26,11 +23,13 @@ from contentsvc.journal import events as ev
 from contentsvc.journal.store import head as journal_head
 from contentsvc.journal.store import read_after
 from contentsvc.journal.store import transaction as journal_transaction
+from contentsvc.overlap import overlapped
 from contentsvc.projectors import projections
 from contentsvc.projectors.currentness import publish
 from contentsvc.projectors.lexical import KIND, apply_to_index
 from contentsvc.search import generations
 from contentsvc.search.lexical_index import LexicalWriter
+from contentsvc.storage.heap import no_cycle_collections
 
 BATCH = 2000
 INDEXED_KINDS = [ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN]  # all a lexical generation is made of
@@ -47,36 +46,30 @@ async def _fold(conn, writer: LexicalWriter, start: int, end: int, indexed: set[
     indexing: median 8,240 -> 9,190 Parts/s)."""
     live = await projections.load_live(conn)
     position = start
-    reading = _read_batch(conn, position, end) if position < end else None
-    try:
-        while reading is not None:
-            events = await reading
-            reading = None
-            if not events:
-                break
-            position = events[-1].position
-            if position < end and len(events) == BATCH:
-                reading = _read_batch(conn, position, end)
-                await asyncio.sleep(0)  # the read sends its query before indexing holds the loop
-            apply_to_index(writer, events, live, indexed)
-            if progress is not None:
-                progress.update(task, completed=position)
-    finally:
-        if reading is not None:  # indexing failed: no read is left running on the connection
-            reading.cancel()
-            await asyncio.gather(reading, return_exceptions=True)
+    events = await _read_batch(conn, position, end) if position < end else []
+    while events:
+        batch, position = events, events[-1].position
+        if position < end and len(batch) == BATCH:
+            events = await overlapped(_read_batch(conn, position, end),
+                                      lambda: apply_to_index(writer, batch, live, indexed))
+        else:
+            apply_to_index(writer, batch, live, indexed)
+            events = []
+        if progress is not None:
+            progress.update(task, completed=position)
     return position
 
 
-def _read_batch(conn, position: int, end: int) -> asyncio.Task:
-    return asyncio.create_task(read_after(conn, position, BATCH, INDEXED_KINDS, through=end))
+def _read_batch(conn, position: int, end: int):
+    """The next indexed events after `position`, up to `end` (a coroutine)."""
+    return read_after(conn, position, BATCH, INDEXED_KINDS, through=end)
 
 
 async def _accepted_between(conn, start: int, end: int) -> list:
     """The record.accepted and record.withdrawn events in (start, end]."""
     out, position = [], start
     while position < end:
-        events = await read_after(conn, position, BATCH, INDEXED_KINDS, through=end)
+        events = await _read_batch(conn, position, end)
         if not events:
             break
         out += events
@@ -84,23 +77,8 @@ async def _accepted_between(conn, start: int, end: int) -> list:
     return out
 
 
-@contextlib.contextmanager
-def _no_cycle_collections():
-    """The cyclic garbage collector off for a bulk pass. Its events and documents are freed by
-    reference counting (they hold no cycles), yet their allocations set off collections, each
-    one walking the whole heap while the index writer's threads wait for documents (6% of a
-    SciFact replay's samples were in them)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 async def replay_lexical(url: str, home: Path) -> str:
-    with _no_cycle_collections():
+    with no_cycle_collections():
         return await _replay_lexical(url, home)
 
 

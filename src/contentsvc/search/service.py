@@ -25,6 +25,7 @@ from contentsvc.domain.models import (
     SearchResponse,
 )
 from contentsvc.domain.errors import ApiError, not_found
+from contentsvc.overlap import overlapped
 from contentsvc.readmodel import vectors as current_vectors
 from contentsvc.search import generations, lexical_index, semantic, vector_index
 from contentsvc.search.corpus_routes import CorpusRoutes
@@ -290,17 +291,9 @@ async def _ranked(conn: AsyncConnection, p: Principal, req: SearchRequest, fetch
     for _ in range(rounds):
         candidates = await fetch(wanted)
         versions = list(dict.fromkeys(c.version_id for c in candidates))
-        hydrating = asyncio.create_task(_hydrate(conn, p.org_id, req.corpus_ids, versions,
-                                                 req.filter.source_namespaces if req.filter else None, texts))
-        try:
-            if meanwhile is not None:
-                await asyncio.sleep(0)  # the query is sent before the work holds the event loop
-                meanwhile(candidates)
-            hydrated = await hydrating
-        finally:
-            if not hydrating.done():  # the work failed, or the search's deadline passed
-                hydrating.cancel()
-                await asyncio.gather(hydrating, return_exceptions=True)
+        hydrating = _hydrate(conn, p.org_id, req.corpus_ids, versions,
+                             req.filter.source_namespaces if req.filter else None, texts)
+        hydrated = await (overlapped(hydrating, lambda: meanwhile(candidates)) if meanwhile else hydrating)
         best = {}
         for c in candidates:  # best segment per Version, in score order
             if c.version_id in hydrated and c.version_id not in best:

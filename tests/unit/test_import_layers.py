@@ -30,7 +30,7 @@ LAYERS: list[set[str]] = [
     {"journal"},
     {"slice_events"},
     {"storage"},
-    {"config", "logging", "ids"},
+    {"config", "logging", "ids", "overlap"},
     {"manifest"},
 ]
 LAYER_OF = {package: depth for depth, packages in enumerate(LAYERS) for package in packages}

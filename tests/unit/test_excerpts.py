@@ -32,6 +32,25 @@ def test_the_fast_path_finds_what_the_general_scan_finds(text, query_words):
     assert excerpts._hits(text, terms) == general_scan(text, terms)
 
 
+# ASCII words glued by what \w does not hold (punctuation, hyphens, apostrophes) and by what it
+# does (underscores, digits), with the query words often inside longer words.
+ASCII = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
+ascii_words = st.text(alphabet=ASCII, min_size=1, max_size=12)
+ascii_texts = st.lists(st.tuples(st.one_of(ascii_words, st.sampled_from(["studies", "Studying", "DYING", "in", "inin"])),
+                                 st.sampled_from([" ", "  ", ", ", "-", "'", ".\n", "(", "/"])),
+                       min_size=1, max_size=120).map(lambda pairs: "".join(w + sep for w, sep in pairs))
+
+
+@settings(max_examples=300, deadline=None)
+@given(ascii_texts, st.lists(st.one_of(ascii_words, st.sampled_from(["study", "die", "in"])), min_size=1, max_size=6))
+def test_the_ascii_scan_finds_what_the_general_scan_finds(text, query_words):
+    # part 1 rule 20: the ASCII scan (bytes, non-word characters as spaces) finds the same words,
+    # at the same code-point offsets, as the general scan
+    terms = query_terms(" ".join(query_words + text.split()[:2]))
+    assert text.isascii()
+    assert excerpts._hits(text, terms) == general_scan(text, terms)
+
+
 @settings(max_examples=300, deadline=None)
 @given(texts, st.lists(words, min_size=1, max_size=6), st.integers(0, 5000), st.booleans(), st.randoms())
 def test_an_excerpt_is_a_window_of_the_text_at_its_offset(text, query_words, offset, weighted, random):

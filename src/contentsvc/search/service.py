@@ -30,7 +30,7 @@ from contentsvc.readmodel import vectors as current_vectors
 from contentsvc.search import generations, lexical_index, semantic, vector_index
 from contentsvc.search.corpus_routes import CorpusRoutes
 from contentsvc.search.embedding import EmbeddingModelMissing
-from contentsvc.search.excerpts import excerpt, query_terms
+from contentsvc.search.excerpts import Excerpter, query_terms
 from contentsvc.search.fusion import Fusion
 from contentsvc.search.semantic_scopes import SemanticScopes
 
@@ -378,9 +378,9 @@ class _Excerpts:
 
     def __init__(self, query: str, limit: int, index, layout) -> None:
         self.limit = limit
-        self.terms = query_terms(query)
+        terms = query_terms(query)
         # Each query term's weight in the lexical index, where the search has one.
-        self.weights = lexical_index.term_weights(index, layout, self.terms) if index is not None else None
+        self.excerpter = Excerpter(terms, lexical_index.term_weights(index, layout, terms) if index is not None else None)
         self.cut: dict[tuple[str, str, int], tuple[int, int]] = {}
 
     def ahead(self, candidates: list) -> None:
@@ -397,7 +397,7 @@ class _Excerpts:
     def of(self, r, segment: str) -> tuple[int, int]:
         key = _segment_key(r)
         if key not in self.cut:
-            self.cut[key] = excerpt(segment, self.terms, offset=r.segment_start, weights=self.weights)
+            self.cut[key] = self.excerpter.cut(segment, r.segment_start)
         return self.cut[key]
 
 

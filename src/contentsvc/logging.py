@@ -1,8 +1,8 @@
 """One JSON object per line on stderr, from every logger of every process.
 
 structlog's events and the standard library's records (uvicorn, httpx,
-psycopg, asyncio, warnings) go through one formatter, so a deployment's
-log can be parsed line by line. Every line carries `process` (which
+psycopg, asyncio, warnings) end in the same renderer and the same handler,
+so a deployment's log can be parsed line by line. Every line carries `process` (which
 process of a deployment wrote it: "supervisor", "api", "projector:NAME",
 "cli"); an exception is one field, `exception`, never raw lines.
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from contentsvc.domain.models import FieldMapping, RetrievalConfig
 from contentsvc.domain.retrieval import DEFAULT_RETRIEVAL, IndexTexts, effective_retrieval, resolve, source_view
@@ -59,3 +62,25 @@ def test_other_roots_are_invalid_mapping(pointer):
         effective_retrieval(RetrievalConfig(plugin_profile="default", fields=[
             FieldMapping(name="f", source_pointer=pointer, type="string", roles=["search"])]))
     assert e.value.code == "invalid_mapping" and e.value.field == "/retrieval/fields/0/source_pointer"
+
+
+_parts = st.lists(st.fixed_dictionaries({
+    "key": st.text(min_size=1, max_size=4),
+    "role": st.sampled_from(["title", "body", "caption"]),
+    "content": st.one_of(st.fixed_dictionaries({"kind": st.just("text"), "text": st.text(max_size=20)}),
+                         st.fixed_dictionaries({"kind": st.just("blob"), "blob_id": st.just("blob_x")})),
+}), max_size=5)
+
+
+@given(_parts, st.sampled_from(["/manifest/title", "/manifest/text", "/manifest/parts/0/key", "/provenance/producer"]))
+def test_a_field_reads_what_its_pointer_addresses_in_the_source_view(parts, pointer):
+    # part 1 FieldMapping: a search field indexes the value at its pointer in the canonical
+    # source view, whether or not the whole view is built for it (the default title pointer)
+    payload = msgspec.structs.replace(PAYLOAD, manifest={"parts": parts})
+    config = {"fields": [{"name": "title", "source_pointer": pointer, "type": "string", "roles": ["search"]},
+                         {"name": "also", "source_pointer": pointer, "type": "string", "roles": ["search"]}]}
+    expected = resolve(source_view(payload), pointer)
+    expected = expected if isinstance(expected, str) else ""
+    texts = IndexTexts(config, payload)
+    assert texts.title == expected
+    assert texts.extra == expected

@@ -124,8 +124,8 @@ class IndexTexts:
 
     def __init__(self, retrieval: dict, version: RecordAccepted) -> None:
         # The whole source view (every Part's text joined, the manifest copied) is built only for
-        # a pointer other than the default two: a lexical replay spent a twelfth of its time
-        # building views of which it read the title.
+        # a pointer other than the default two, which need none of it: indexing read its title
+        # alone (2-3 us a SciFact Version, and a copy of all of a long Version's text).
         view = None
         self.title = ""
         self.parts_searched = False

@@ -1,11 +1,10 @@
 """Request decoding: 400 malformed_json vs 422 invalid_schema with a JSON Pointer (decisions.md Errors)."""
 
-import re
+import json
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
-from contentsvc.domain import decoding
 from contentsvc.domain.decoding import MAX_JSON_DEPTH, decode_body, msgspec_path_to_pointer, nul_pointer, too_deep
 from contentsvc.domain.models import IngestCommand
 from contentsvc.domain.errors import ApiError
@@ -67,8 +66,41 @@ def test_nul_pointer_names_the_first_member_holding_it():
     assert nul_pointer({"fine": [1, 2, {"x": "y"}]}) is None
 
 
-@given(st.binary().map(lambda b: bytes(b'"\\{}[]a\n'[x % 8] for x in b)))
-def test_the_string_pattern_matches_what_the_plain_definition_matches(raw):  # decisions.md Errors: depth
-    # A JSON string is a quote, then any byte but a quote or backslash, or an escape, then a quote.
-    plain = re.compile(rb'"(?:[^"\\]|\\.)*"')
-    assert decoding._JSON_STRING.sub(b'""', raw) == plain.sub(b'""', raw)
+_tricky = st.text(alphabet='ab"\\[]{}\u00e9/', max_size=8)  # quotes, backslashes and brackets in strings
+_json_values = st.recursive(
+    st.one_of(_tricky, st.integers(), st.none(), st.booleans()),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_tricky, inner, max_size=3)),
+    max_leaves=8)
+
+
+def _depth(value) -> int:
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    return 0
+
+
+@settings(max_examples=300)
+@given(_json_values, st.lists(st.sampled_from(["array", "object"]), max_size=130), _tricky, st.booleans(),
+       st.integers(0, 3))
+def test_too_deep_measures_the_nesting_of_any_json(value, wrappers, key, ascii, siblings):
+    # decisions.md Errors: nesting deeper than 64 levels is refused, brackets inside strings
+    # (escaped quotes and backslashes before them included) do not count
+    for wrapper in wrappers:
+        value = [value, *range(siblings)] if wrapper == "array" else {key: value}
+    raw = json.dumps(value, ensure_ascii=ascii).encode()
+    assert too_deep(raw) == (_depth(value) > MAX_JSON_DEPTH)
+
+
+@settings(max_examples=300)
+@given(st.integers(MAX_JSON_DEPTH - 3, MAX_JSON_DEPTH + 2), st.text(alphabet='a"\\[]{}', max_size=12),
+       st.booleans())
+def test_brackets_after_escaped_quotes_do_not_count(levels, text, as_key):
+    # decisions.md Errors: a string's quotes and backslashes (escaped in the JSON) end no
+    # string early, so the brackets after them inside it count for nothing, at the limit too
+    value = {text: 1} if as_key else text
+    for _ in range(levels):
+        value = [value]
+    raw = json.dumps(value).encode()
+    assert too_deep(raw) == (_depth(value) > MAX_JSON_DEPTH)

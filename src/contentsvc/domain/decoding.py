@@ -26,9 +26,8 @@ _NAMED_MEMBER = re.compile(r"(?:missing required field|unknown field) `([^`]*)`"
 # Deeper JSON is refused before it is parsed: every later step (canonical form,
 # storage, the journal) may then walk a request without running out of stack.
 MAX_JSON_DEPTH = 64
-# A JSON string, written as runs of plain bytes between escapes ("unrolled"): the same matches
-# as "(?:[^"\\]|\\.)*", without an alternation per byte (a 118 KB batch: 0.4 ms, not 4 ms).
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+# Bodies shorter than this first count their brackets (a few microseconds, and no numpy).
+_COUNT_BRACKETS_BELOW = 16384
 _NUL_ESCAPE = b"\\u0000"
 
 
@@ -72,25 +71,39 @@ def malformed(message: str = "The body is not a JSON object.") -> ApiError:
     return ApiError(400, "malformed_json", message)
 
 
-@cache
-def _nesting_steps():
-    """byte -> +1 opening, -1 closing, 0 other."""
-    import numpy as np
-
-    steps = np.zeros(256, dtype=np.int8)
-    steps[[ord("["), ord("{")]] = 1
-    steps[[ord("]"), ord("}")]] = -1
-    return steps
+def _backslashes_before(raw: bytes, at: int) -> int:
+    start = at
+    while start and raw[start - 1] == 0x5C:
+        start -= 1
+    return at - start
 
 
 def too_deep(raw: bytes) -> bool:
     """Whether raw JSON nests arrays and objects deeper than MAX_JSON_DEPTH (brackets inside
-    strings do not count). Linear and vectorized: a 10 MiB body costs milliseconds."""
-    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+    strings do not count). Linear and vectorized: only the brackets and quotes are looked at
+    one by one, a few thousand in a batch of 100 abstracts (0.2 ms where blanking its strings
+    with a pattern first took 1.7 ms, a sixth of the API's time for a batch)."""
+    if len(raw) < _COUNT_BRACKETS_BELOW and raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
         return False  # not enough brackets to nest that deep
     import numpy as np  # here: the workers that decode only shallow items never load it
 
-    steps = _nesting_steps()[np.frombuffer(_JSON_STRING.sub(b'""', raw), dtype=np.uint8)]
+    data = np.frombuffer(raw, dtype=np.uint8)
+    folded = data | 0x20  # "[" and "{" differ in one bit, as do "]" and "}"
+    marks = np.flatnonzero((folded == 0x7B) | (folded == 0x7D) | (data == 0x22))  # in body order
+    kinds = data[marks]
+    quotes = kinds == 0x22
+    delimiters = quotes.copy()
+    # A quote after an odd run of backslashes is escaped, inside a string (in JSON a backslash
+    # is only ever inside one); one after an even run ends its string. Both are rare.
+    quote_marks = np.flatnonzero(quotes)
+    for i in quote_marks[data[marks[quote_marks] - 1] == 0x5C].tolist():
+        at = int(marks[i])
+        if at and _backslashes_before(raw, at) % 2:
+            delimiters[i] = False
+    # A bracket after an odd number of the quotes that open and close strings is inside one.
+    inside = (np.cumsum(delimiters, dtype=np.int32) & 1) == 1
+    steps = np.where((kinds | 0x20) == 0x7B, 1, -1)
+    steps[quotes | inside] = 0
     return int(np.cumsum(steps, dtype=np.int32).max(initial=0)) > MAX_JSON_DEPTH
 
 

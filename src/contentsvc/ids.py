@@ -23,10 +23,17 @@ _random = b""
 _drawn = 0
 
 
+_LOW_30 = (1 << 30) - 1
+
+
 def _encode(value: int) -> str:
     """The 26 Crockford base32 characters of a value below 2**130, most significant first."""
-    head = _TRIPLES[value >> 120][1:]  # the top 10 bits: two characters
-    return head + "".join([_TRIPLES[(value >> shift) & 0x7FFF] for shift in range(105, -1, -15)])
+    # Cut into 30-bit pieces first: each fits one digit of a Python int, so the triples' shifts
+    # and masks are small-int operations, not ones on a 130-bit number (0.75 us, not 1.8-2.1).
+    t = _TRIPLES
+    top, upper, lower, low = value >> 90, (value >> 60) & _LOW_30, (value >> 30) & _LOW_30, value & _LOW_30
+    return "".join((t[top >> 30][1:], t[(top >> 15) & 0x7FFF], t[top & 0x7FFF],  # the top 10 bits: two characters
+                    t[upper >> 15], t[upper & 0x7FFF], t[lower >> 15], t[lower & 0x7FFF], t[low >> 15], t[low & 0x7FFF]))
 
 
 def _random_80_bits() -> int:

@@ -122,6 +122,9 @@ def children_of(supervisor_pid: int, roles: tuple[bytes, ...]) -> list[int]:
     return pids
 
 
+PAUSE_ATTEMPTS = 100  # times the folds are stopped, at most, before one is found outside a transaction
+
+
 @contextmanager
 def folds_paused(target: Target, pause: bool = True):
     """Every projector and worker of a service the bench started stopped (SIGSTOP) for the
@@ -152,9 +155,6 @@ def folds_paused(target: Target, pause: bool = True):
         yield len(pids)
     finally:
         signal_all(signal.SIGCONT)
-
-
-PAUSE_ATTEMPTS = 100
 
 
 def _folds_in_transaction(database_url: str) -> bool:

@@ -16,14 +16,12 @@ _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # lookups instead of 26 (a batch of 100 entries draws 200 ids; the per-character loop was a
 # tenth of the API's time under batch ingest).
 _TRIPLES = [_ALPHABET[i >> 10] + _ALPHABET[(i >> 5) & 31] + _ALPHABET[i & 31] for i in range(1 << 15)]
+_LOW_30 = (1 << 30) - 1
 _RANDOM_BLOCK = 10 * 256  # random bytes drawn per getrandom call: 256 ids' worth
 _lock = threading.Lock()
 _last = 0
 _random = b""
 _drawn = 0
-
-
-_LOW_30 = (1 << 30) - 1
 
 
 def _encode(value: int) -> str:

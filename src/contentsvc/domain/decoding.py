@@ -72,6 +72,7 @@ def malformed(message: str = "The body is not a JSON object.") -> ApiError:
 
 
 def _backslashes_before(raw: bytes, at: int) -> int:
+    """How many backslashes run up to `at`."""
     start = at
     while start and raw[start - 1] == 0x5C:
         start -= 1

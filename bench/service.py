@@ -12,7 +12,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,25 +145,27 @@ def folds_paused(target: Target, pause: bool = True):
     # its own append) for the whole phase, and every ingest would wait for it until its lock
     # timeout (one run: 80 answers 503, then 429 as the backlog aged): resumed and stopped
     # again until none is inside one, a bounded number of times.
-    for _ in range(PAUSE_ATTEMPTS):
-        signal_all(signal.SIGSTOP)
-        if not pids or not target.database_url or not _folds_in_transaction(target.database_url):
-            break
-        signal_all(signal.SIGCONT)
-        time.sleep(0.02)
+    with ExitStack() as opened:
+        conn = (opened.enter_context(psycopg.connect(target.database_url, autocommit=True))
+                if pids and target.database_url else None)
+        for _ in range(PAUSE_ATTEMPTS):
+            signal_all(signal.SIGSTOP)
+            if conn is None or not _folds_in_transaction(conn):
+                break
+            signal_all(signal.SIGCONT)
+            time.sleep(0.02)
     try:
         yield len(pids)
     finally:
         signal_all(signal.SIGCONT)
 
 
-def _folds_in_transaction(database_url: str) -> bool:
+def _folds_in_transaction(conn: psycopg.Connection) -> bool:
     """Whether a connection of the service other than the API's is inside a transaction."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        return conn.execute(
-            "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name LIKE 'contentsvc %%' AND application_name NOT LIKE 'contentsvc api%%'"
-            " AND xact_start IS NOT NULL)").fetchone()[0]
+    return conn.execute(
+        "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()"
+        " AND application_name LIKE 'contentsvc %%' AND application_name NOT LIKE 'contentsvc api%%'"
+        " AND xact_start IS NOT NULL)").fetchone()[0]
 
 
 def api_client(target: Target, connections: int = 100, timeout: float = 30.0) -> httpx.AsyncClient:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import tantivy
@@ -377,11 +378,16 @@ class _Excerpts:
     the hydration's round trip and the excerpts' CPU overlap (SciFact, one search at a time)."""
 
     def __init__(self, query: str, limit: int, index, layout) -> None:
-        self.limit = limit
-        terms = query_terms(query)
-        # Each query term's weight in the lexical index, where the search has one.
-        self.excerpter = Excerpter(terms, lexical_index.term_weights(index, layout, terms) if index is not None else None)
+        self.query, self.limit, self.index, self.layout = query, limit, index, layout
         self.cut: dict[tuple[str, str, int], tuple[int, int]] = {}
+
+    @cached_property
+    def excerpter(self) -> Excerpter:
+        """Made at the first excerpt: a search without hits weighs no terms."""
+        terms = query_terms(self.query)
+        # Each query term's weight in the lexical index, where the search has one.
+        weights = lexical_index.term_weights(self.index, self.layout, terms) if self.index is not None else None
+        return Excerpter(terms, weights)
 
     def ahead(self, candidates: list) -> None:
         """The excerpts of the best segment of each of the first `limit` Versions (the page, when

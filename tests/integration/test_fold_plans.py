@@ -1,5 +1,6 @@
 """A fold's batched lookups are planned for the table as it is now, not as it was when the
-fold started (docs/decisions.md, "Where a batch's time goes").
+fold started (docs/decisions.md, Records and Receipts: "A fold's connection plans every
+statement").
 
 A fold's connection lives as long as its process and runs the same statements for ever;
 psycopg prepares a statement after five runs, and PostgreSQL then settles on a generic plan

@@ -31,6 +31,7 @@ immutable and stay readable.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,7 @@ from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
 from contentsvc.projectors.base import PeriodicWorker
+from contentsvc.projectors.statistics import STATISTICS_INTERVAL_SECONDS, analyze_grown_tables
 from contentsvc.readmodel.fold import fold
 from contentsvc.readmodel.uploads import hold_storage_key
 from contentsvc.search import generations
@@ -244,13 +246,22 @@ def _size(path: Path) -> int:
 
 
 class GarbageCollector(PeriodicWorker):
-    """The `gc` worker: a collection at start, then every `gc.interval_seconds`."""
+    """The `gc` worker: a collection at start, then every `gc.interval_seconds`; and, more
+    often, an ANALYZE of the tables that grew (statistics.py), which only grow too."""
 
     name = "gc"
 
     def __init__(self, collector: Collector, interval_seconds: float) -> None:
         super().__init__(interval_seconds)
         self.collector = collector
+        self._statistics_due = 0.0  # monotonic time of the next look: at once
+
+    async def step(self, conn: AsyncConnection) -> bool:
+        if time.monotonic() >= self._statistics_due:
+            if analyzed := await analyze_grown_tables(conn):
+                log.info("planner_statistics_refreshed", tables=analyzed)
+            self._statistics_due = time.monotonic() + STATISTICS_INTERVAL_SECONDS
+        return await super().step(conn)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "GarbageCollector":

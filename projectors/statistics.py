@@ -1,0 +1,47 @@
+"""Planner statistics of this database, kept fresh by the service itself.
+
+PostgreSQL plans from statistics that ANALYZE gathers, and autovacuum runs ANALYZE once a
+table has changed by `autovacuum_analyze_threshold` rows plus `autovacuum_analyze_scale_factor`
+of its size. Where autovacuum is off, or behind during a bulk load, a table that grew from
+nothing keeps the statistics of an empty table: plans that scan it whole, and generic plans
+cached on the API's connections that nothing invalidates until the table is next analyzed
+(docs/decisions.md, Records and Receipts: "A fold's connection plans every statement").
+
+The gc worker calls `analyze_grown_tables` every STATISTICS_INTERVAL_SECONDS with the same
+rule autovacuum applies, read from the server's own settings. Where autovacuum keeps up, it
+finds nothing to do: autovacuum's ANALYZE resets the count of changes it looks at.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import AsyncConnection, sql
+
+STATISTICS_INTERVAL_SECONDS = 30.0
+# ANALYZE waits for a concurrent ANALYZE or VACUUM of the table (autovacuum's, say): not for
+# long, the next pass looks again.
+LOCK_WAIT = "1s"
+
+_GROWN = """
+SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+WHERE s.schemaname = current_schema()
+  AND s.n_mod_since_analyze > current_setting('autovacuum_analyze_threshold')::float8
+      + current_setting('autovacuum_analyze_scale_factor')::float8 * greatest(c.reltuples, 0)
+ORDER BY s.relname
+"""
+
+
+async def analyze_grown_tables(conn: AsyncConnection) -> list[str]:
+    """ANALYZE every table of the current schema changed enough since its last ANALYZE
+    (autovacuum's rule); the tables analyzed. `conn` is in autocommit mode."""
+    cur = await conn.execute(_GROWN)
+    analyzed = []
+    for (table,) in await cur.fetchall():
+        try:
+            async with conn.transaction():
+                await conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_WAIT)))
+                await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+        except psycopg.errors.LockNotAvailable:
+            continue
+        analyzed.append(table)
+    return analyzed

@@ -1,0 +1,57 @@
+"""The gc worker keeps planner statistics fresh where autovacuum does not (projectors/statistics.py;
+docs/decisions.md, Records and Receipts: "A fold's connection plans every statement").
+
+On a real PostgreSQL: this machine's server runs with autovacuum off, as an operator's may.
+"""
+import asyncio
+
+import psycopg
+
+from contentsvc.projectors.statistics import analyze_grown_tables
+
+GROWN = 5000  # rows: past autovacuum's default rule for an empty table (50 + 10% of 0)
+FEW = 20  # below it
+
+
+def _insert(conn: psycopg.Connection, table_rows: dict[str, int]) -> None:
+    for table, rows in table_rows.items():
+        if table == "receipts":
+            conn.execute("INSERT INTO receipts (receipt_id, org_id, corpus_id, namespace, record_key, state,"
+                         " diagnostics, accepted_at) SELECT 'rcp_' || g, 'org', 'c', '', 'k' || g, 'pending',"
+                         " '[]', now() FROM generate_series(1, %s) g", (rows,))
+        else:
+            conn.execute("INSERT INTO records (record_id, org_id, corpus_id, namespace, record_key,"
+                         " withdrawn, created_at) SELECT 'rec_' || g, 'org', 'c', '', 'k' || g, false, now()"
+                         " FROM generate_series(1, %s) g", (rows,))
+    conn.execute("SELECT pg_stat_force_next_flush()")  # the counts are visible to the next transaction
+
+
+def _last_analyzed(conn: psycopg.Connection) -> dict[str, object]:
+    return dict(conn.execute("SELECT relname, coalesce(last_analyze, last_autoanalyze) FROM pg_stat_user_tables"
+                             " WHERE relname IN ('receipts', 'records')").fetchall())
+
+
+async def _analyze(url: str) -> list[str]:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        return await analyze_grown_tables(conn)
+
+
+def test_tables_that_grew_are_analyzed_and_no_others(databases):
+    url = databases.create()
+    with psycopg.connect(url, autocommit=True) as conn:
+        _insert(conn, {"receipts": GROWN, "records": FEW})
+    assert "receipts" in asyncio.run(_analyze(url))
+    with psycopg.connect(url, autocommit=True) as conn:
+        last = _last_analyzed(conn)
+        assert last["receipts"] is not None
+        assert last["records"] is None  # 20 changed rows: not worth an ANALYZE
+        reltuples = conn.execute("SELECT reltuples FROM pg_class WHERE relname = 'receipts'").fetchone()[0]
+        assert reltuples == GROWN  # the planner now knows the table's size
+    # Nothing changed since: the next pass analyzes nothing.
+    assert asyncio.run(_analyze(url)) == []
+    # Nor after a change smaller than a tenth of the table (plus 50 rows), autovacuum's rule.
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE receipts SET state = 'resolved' WHERE receipt_id IN"
+                     " (SELECT 'rcp_' || g FROM generate_series(1, %s) g)", (GROWN // 10,))
+        conn.execute("SELECT pg_stat_force_next_flush()")
+    assert asyncio.run(_analyze(url)) == []

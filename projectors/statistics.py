@@ -33,10 +33,11 @@ ORDER BY s.relname
 
 async def analyze_grown_tables(conn: AsyncConnection) -> list[str]:
     """ANALYZE every table of the current schema changed enough since its last ANALYZE
-    (autovacuum's rule); the tables analyzed. `conn` is in autocommit mode."""
-    cur = await conn.execute(_GROWN)
+    (autovacuum's rule); the tables analyzed. `conn` is outside any transaction, and left so."""
+    async with conn.transaction():
+        grown = await (await conn.execute(_GROWN)).fetchall()
     analyzed = []
-    for (table,) in await cur.fetchall():
+    for (table,) in grown:
         try:
             async with conn.transaction():
                 await conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_WAIT)))

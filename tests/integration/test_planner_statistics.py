@@ -32,8 +32,11 @@ def _last_analyzed(conn: psycopg.Connection) -> dict[str, object]:
 
 
 async def _analyze(url: str) -> list[str]:
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        return await analyze_grown_tables(conn)
+    # Not in autocommit mode, as the runner hands a worker its connection.
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        analyzed = await analyze_grown_tables(conn)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # no transaction left open
+        return analyzed
 
 
 def test_tables_that_grew_are_analyzed_and_no_others(databases):

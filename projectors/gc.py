@@ -246,8 +246,8 @@ def _size(path: Path) -> int:
 
 
 class GarbageCollector(PeriodicWorker):
-    """The `gc` worker: a collection at start, then every `gc.interval_seconds`; and, more
-    often, an ANALYZE of the tables that grew (statistics.py), which only grow too."""
+    """The `gc` worker: a collection at start, then every `gc.interval_seconds`; and, every
+    STATISTICS_INTERVAL_SECONDS, an ANALYZE of the tables that grew (statistics.py)."""
 
     name = "gc"
 

@@ -22,9 +22,14 @@ STATISTICS_INTERVAL_SECONDS = 30.0
 # long, the next pass looks again.
 LOCK_WAIT = "1s"
 
+# Only tables this role may ANALYZE (their owner's or the database owner's rights, which a
+# superuser has): on any other, ANALYZE skips with a warning, and the table would be named again
+# on every pass.
 _GROWN = """
 SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+JOIN pg_database d ON d.datname = current_database()
 WHERE s.schemaname = current_schema()
+  AND (pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.datdba, 'USAGE'))
   AND s.n_mod_since_analyze > current_setting('autovacuum_analyze_threshold')::float8
       + current_setting('autovacuum_analyze_scale_factor')::float8 * greatest(c.reltuples, 0)
 ORDER BY s.relname

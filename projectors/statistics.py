@@ -20,7 +20,7 @@ from psycopg import AsyncConnection, sql
 STATISTICS_INTERVAL_SECONDS = 30.0
 # ANALYZE waits for a concurrent ANALYZE or VACUUM of the table (autovacuum's, say): not for
 # long, the next pass looks again.
-LOCK_WAIT = "1s"
+_LOCK_WAIT = "SET LOCAL lock_timeout = '1s'"
 
 # Only tables this role may ANALYZE (their owner's or the database owner's rights, which a
 # superuser has): on any other, ANALYZE skips with a warning, and the table would be named again
@@ -45,7 +45,7 @@ async def analyze_grown_tables(conn: AsyncConnection) -> list[str]:
     for (table,) in grown:
         try:
             async with conn.transaction():
-                await conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_WAIT)))
+                await conn.execute(_LOCK_WAIT)
                 await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
         except psycopg.errors.LockNotAvailable:
             continue

@@ -46,7 +46,7 @@ from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
 from contentsvc.projectors.base import PeriodicWorker
-from contentsvc.projectors.statistics import STATISTICS_INTERVAL_SECONDS, analyze_grown_tables
+from contentsvc.projectors.statistics import STATISTICS_INTERVAL_SECONDS, YOUNG_INTERVAL_SECONDS, analyze_grown_tables
 from contentsvc.readmodel.fold import fold
 from contentsvc.readmodel.uploads import hold_storage_key
 from contentsvc.search import generations
@@ -247,20 +247,26 @@ def _size(path: Path) -> int:
 
 class GarbageCollector(PeriodicWorker):
     """The `gc` worker: a collection at start, then every `gc.interval_seconds`; and, every
-    STATISTICS_INTERVAL_SECONDS, an ANALYZE of the tables that grew (statistics.py)."""
+    STATISTICS_INTERVAL_SECONDS, an ANALYZE of the tables that grew, of the young ones among them
+    every YOUNG_INTERVAL_SECONDS (statistics.py)."""
 
     name = "gc"
 
     def __init__(self, collector: Collector, interval_seconds: float) -> None:
         super().__init__(interval_seconds)
         self.collector = collector
-        self._statistics_due = 0.0  # monotonic time of the next look: at once
+        self._statistics_due = 0.0  # monotonic time of the next look at every table: at once
+        self._young_due = 0.0  # of the next look at the young ones
 
     async def step(self, conn: AsyncConnection) -> bool:
-        if time.monotonic() >= self._statistics_due:
-            if analyzed := await analyze_grown_tables(conn):
+        now = time.monotonic()
+        if now >= self._young_due:
+            every_table = now >= self._statistics_due
+            if analyzed := await analyze_grown_tables(conn, young_only=not every_table):
                 log.info("planner_statistics_refreshed", tables=analyzed)
-            self._statistics_due = time.monotonic() + STATISTICS_INTERVAL_SECONDS
+            if every_table:
+                self._statistics_due = now + STATISTICS_INTERVAL_SECONDS
+            self._young_due = now + YOUNG_INTERVAL_SECONDS
         return await super().step(conn)
 
     @classmethod

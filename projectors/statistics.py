@@ -8,8 +8,9 @@ cached on the API's connections that nothing invalidates until the table is next
 (docs/decisions.md, Records and Receipts: "A fold's connection plans every statement").
 
 The gc worker calls `analyze_grown_tables` every STATISTICS_INTERVAL_SECONDS with the same
-rule autovacuum applies, read from the server's own settings. Where autovacuum keeps up, it
-finds nothing to do: autovacuum's ANALYZE resets the count of changes it looks at.
+rule autovacuum applies, read from the server's own settings, and every YOUNG_INTERVAL_SECONDS
+for the young tables alone. Where autovacuum keeps up, it finds nothing to do: autovacuum's
+ANALYZE resets the count of changes it looks at.
 """
 
 from __future__ import annotations
@@ -18,29 +19,43 @@ import psycopg
 from psycopg import AsyncConnection, sql
 
 STATISTICS_INTERVAL_SECONDS = 30.0
+# Young tables (statistics of fewer than YOUNG_TABLE_ROWS rows, or none yet) are looked at every
+# YOUNG_INTERVAL_SECONDS. Theirs are the plans a load makes wrong: on a nearly empty table a
+# sequential scan is cheapest, and a generic plan cached on an API connection then scans the
+# whole table on every read until the next ANALYZE (a Receipt's read under `bench ingest`: 10-14
+# ms at the server instead of a tenth of one, for the first half minute of the load). Their
+# ANALYZE is cheap, and once it describes a table of that size the table waits for the full pass.
+YOUNG_TABLE_ROWS = 10_000
+YOUNG_INTERVAL_SECONDS = 2.0
 # ANALYZE waits for a concurrent ANALYZE or VACUUM of the table (autovacuum's, say): not for
 # long, the next pass looks again.
 _LOCK_WAIT = "SET LOCAL lock_timeout = '1s'"
 
 # Only tables this role may ANALYZE (their owner's or the database owner's rights, which a
 # superuser has): on any other, ANALYZE skips with a warning, and the table would be named again
-# on every pass.
+# on every pass. The young pass looks only at tables that grew (rows added, not just changed):
+# a small table updated all the time (the projectors' checkpoints) keeps the shape of its plans.
 _GROWN = """
 SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
 JOIN pg_database d ON d.datname = current_database()
+CROSS JOIN LATERAL (SELECT current_setting('autovacuum_analyze_threshold')::float8
+    + current_setting('autovacuum_analyze_scale_factor')::float8 * greatest(c.reltuples, 0) AS changes) rule
 WHERE s.schemaname = current_schema()
   AND (pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.datdba, 'USAGE'))
-  AND s.n_mod_since_analyze > current_setting('autovacuum_analyze_threshold')::float8
-      + current_setting('autovacuum_analyze_scale_factor')::float8 * greatest(c.reltuples, 0)
+  AND s.n_mod_since_analyze > rule.changes
+  AND (NOT %(young_only)s
+       OR (greatest(c.reltuples, 0) < %(young_rows)s AND s.n_live_tup - greatest(c.reltuples, 0) > rule.changes))
 ORDER BY s.relname
 """
 
 
-async def analyze_grown_tables(conn: AsyncConnection) -> list[str]:
+async def analyze_grown_tables(conn: AsyncConnection, young_only: bool = False) -> list[str]:
     """ANALYZE every table of the current schema changed enough since its last ANALYZE
-    (autovacuum's rule); the tables analyzed. `conn` is outside any transaction, and left so."""
+    (autovacuum's rule), or only the young ones; the tables analyzed. `conn` is outside any
+    transaction, and left so."""
     async with conn.transaction():
-        grown = await (await conn.execute(_GROWN)).fetchall()
+        grown = await (await conn.execute(_GROWN, {"young_only": young_only,
+                                                   "young_rows": YOUNG_TABLE_ROWS})).fetchall()
     analyzed = []
     for (table,) in grown:
         try:

@@ -9,7 +9,7 @@ import uuid
 import psycopg
 from psycopg import conninfo, sql
 
-from contentsvc.projectors.statistics import analyze_grown_tables
+from contentsvc.projectors.statistics import YOUNG_TABLE_ROWS, analyze_grown_tables
 
 GROWN = 5000  # rows: past autovacuum's default rule for an empty table (50 + 10% of 0)
 FEW = 20  # below it
@@ -27,10 +27,10 @@ def _last_analyzed(conn: psycopg.Connection) -> dict[str, object]:
                              " WHERE relname IN ('receipts', 'records')").fetchall())
 
 
-async def _analyze(url: str) -> list[str]:
+async def _analyze(url: str, young_only: bool = False) -> list[str]:
     # Not in autocommit mode, as the runner hands a worker its connection.
     async with await psycopg.AsyncConnection.connect(url) as conn:
-        analyzed = await analyze_grown_tables(conn)
+        analyzed = await analyze_grown_tables(conn, young_only)
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # no transaction left open
         return analyzed
 
@@ -75,3 +75,46 @@ def test_a_role_that_may_not_analyze_a_table_leaves_it_alone(databases):
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def _flushed(conn: psycopg.Connection, statement: str, *params) -> None:
+    conn.execute(statement, params)
+    conn.execute("SELECT pg_stat_force_next_flush()")
+
+
+def test_the_young_pass_analyzes_only_small_tables_that_grew(databases):
+    url = databases.create()
+    with psycopg.connect(url, autocommit=True) as conn:
+        # A small table changed all the time without growing (as the projectors' checkpoints are).
+        _flushed(conn, _RECORDS, FEW)
+        for _ in range(5):
+            _flushed(conn, "UPDATE records SET withdrawn = NOT withdrawn")
+        _flushed(conn, _RECEIPTS, GROWN)  # a table that grew from nothing
+    assert asyncio.run(_analyze(url, young_only=True)) == ["receipts"]
+    assert "records" in asyncio.run(_analyze(url))  # changed by autovacuum's rule: the full pass takes it
+    # A table whose statistics describe YOUNG_TABLE_ROWS rows is left to the full pass, however it grows.
+    with psycopg.connect(url, autocommit=True) as conn:
+        _flushed(conn, _RECEIPTS.replace("'rcp_' || g", "'rcp_big_' || g"), YOUNG_TABLE_ROWS)
+    assert asyncio.run(_analyze(url, young_only=True)) == ["receipts"]  # statistics of 5,000 rows: young
+    with psycopg.connect(url, autocommit=True) as conn:
+        _flushed(conn, _RECEIPTS.replace("'rcp_' || g", "'rcp_more_' || g"), YOUNG_TABLE_ROWS)
+    assert asyncio.run(_analyze(url, young_only=True)) == []
+    assert asyncio.run(_analyze(url)) == ["receipts"]
+
+
+def test_a_plan_cached_on_an_empty_table_is_made_again_after_the_young_pass(databases):
+    # What the young pass is for: an API connection's generic plan, made while the table was
+    # empty, scans it whole on every read until an ANALYZE invalidates it.
+    url = databases.create()
+    with psycopg.connect(url, autocommit=True) as api:
+        api.execute("SET plan_cache_mode = force_generic_plan")  # as chosen after a statement's fifth run
+        api.execute("PREPARE receipt_read(text[]) AS SELECT state FROM receipts WHERE receipt_id = ANY($1)")
+
+        def plan() -> str:
+            return "\n".join(row[0] for row in api.execute("EXPLAIN EXECUTE receipt_read('{rcp_7}')"))
+
+        assert "Seq Scan on receipts" in plan()
+        _flushed(api, _RECEIPTS, GROWN)
+        assert "Seq Scan on receipts" in plan()  # grown, and still planned for the empty table
+        assert asyncio.run(_analyze(url, young_only=True)) == ["receipts"]
+        assert "Index" in plan() and "Seq Scan" not in plan()

@@ -20,6 +20,10 @@ from contentsvc.storage.availability import connection_options
 # psycopg prepares a statement at its fifth run; PostgreSQL plans the first five runs of a
 # prepared statement for their parameters and may settle on a generic plan from the sixth.
 RUNS = 14
+# A table of a mid-size where PostgreSQL's default cost of a random page (4, a disk's) made a
+# hash join over a sequential scan of the whole table look cheaper than 500 index probes.
+IDENTITIES = 40_000
+LOOKED_UP = 500
 
 
 def _fold_connection(url: str):
@@ -56,3 +60,33 @@ def test_a_folds_lookups_are_planned_for_the_table_as_it_is_now(databases):
     # connections avoid.
     generic, _ = asyncio.run(_plans_of_identity_lookups(_ordinary_connection(url)))
     assert generic > 0
+
+
+async def _seq_scans(conn) -> int:
+    cur = await conn.execute("SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'materializer_identities'")
+    return (await cur.fetchone())[0]
+
+
+async def _lookup_scans_the_whole_table(connection) -> bool:
+    """Whether the materializer's lookup of LOOKED_UP of IDENTITIES identities read the table whole."""
+    async with connection as conn:
+        keys = {("org", "corpus", "", f"key-{i}") for i in range(0, IDENTITIES, IDENTITIES // LOOKED_UP)}
+        before = await _seq_scans(conn)
+        assert len(await MaterializerProjector._load(conn, keys)) == LOOKED_UP
+        await conn.execute("SELECT pg_stat_force_next_flush()")  # this statement's end reports the counts
+        return await _seq_scans(conn) > before
+
+
+def test_a_folds_batched_lookup_probes_the_index_of_a_mid_size_table(databases):
+    # docs/decisions.md, Records and Receipts ("costs a random page at 1.1"): the folds' work in
+    # PostgreSQL is the largest share of the cores under ingest, and their lookups of a few
+    # hundred keys read tables that the cache holds.
+    url = databases.create()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO materializer_identities (org_id, corpus_id, namespace, record_key, record_id,"
+                     " withdrawn) SELECT 'org', 'corpus', '', 'key-' || g, 'rec_' || g, false"
+                     " FROM generate_series(0, %s) g", (IDENTITIES - 1,))
+        conn.execute("ANALYZE materializer_identities")
+    assert not asyncio.run(_lookup_scans_the_whole_table(_fold_connection(url)))
+    # An ordinary connection, with the server's default costs, reads all 40,000 rows for 500.
+    assert asyncio.run(_lookup_scans_the_whole_table(_ordinary_connection(url)))

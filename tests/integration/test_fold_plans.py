@@ -33,7 +33,9 @@ def _fold_connection(url: str):
 
 @asynccontextmanager
 async def _ordinary_connection(url: str):
-    options = connection_options(DatabaseSettings(), "test", bounded_statements=False)
+    # PostgreSQL's default cost of a random page, whatever the test server's configuration says.
+    options = {**connection_options(DatabaseSettings(), "test", bounded_statements=False),
+               "options": "-c random_page_cost=4"}
     async with await psycopg.AsyncConnection.connect(url, autocommit=True, **options) as conn:
         yield conn
 

@@ -57,7 +57,7 @@ async def _connection(url: str, projector: Projector, settings: DatabaseSettings
     """An autocommit connection, closed on the way out without a rollback or commit: after an
     outage there is nothing to end, and trying would only log a second error."""
     conn = await AsyncConnection.connect(url, autocommit=True, **connection_options(
-        settings, f"contentsvc projector {projector.name}", bounded_statements=False, planned_each_time=True))
+        settings, f"contentsvc projector {projector.name}", bounded_statements=False, fold=True))
     try:
         yield conn
     finally:

@@ -33,6 +33,12 @@ def _statistics_database(databases) -> str:
     return url
 
 
+def _flushed(conn: psycopg.Connection, statement: str, *params) -> None:
+    """`statement`, with the activity counts it made visible to the next transaction."""
+    conn.execute(statement, params)
+    conn.execute("SELECT pg_stat_force_next_flush()")
+
+
 def _last_analyzed(conn: psycopg.Connection) -> dict[str, object]:
     return dict(conn.execute("SELECT relname, coalesce(last_analyze, last_autoanalyze) FROM pg_stat_user_tables"
                              " WHERE relname IN ('receipts', 'records')").fetchall())
@@ -49,9 +55,8 @@ async def _analyze(url: str, young_only: bool = False) -> list[str]:
 def test_tables_that_grew_are_analyzed_and_no_others(databases):
     url = _statistics_database(databases)
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(_RECEIPTS, (GROWN,))
-        conn.execute(_RECORDS, (FEW,))
-        conn.execute("SELECT pg_stat_force_next_flush()")  # the counts are visible to the next transaction
+        _flushed(conn, _RECEIPTS, GROWN)
+        _flushed(conn, _RECORDS, FEW)
     assert "receipts" in asyncio.run(_analyze(url))
     with psycopg.connect(url, autocommit=True) as conn:
         last = _last_analyzed(conn)
@@ -63,9 +68,8 @@ def test_tables_that_grew_are_analyzed_and_no_others(databases):
     assert asyncio.run(_analyze(url)) == []
     # Nor after a change smaller than a tenth of the table (plus 50 rows), autovacuum's rule.
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("UPDATE receipts SET state = 'resolved' WHERE receipt_id IN"
-                     " (SELECT 'rcp_' || g FROM generate_series(1, %s) g)", (GROWN // 10,))
-        conn.execute("SELECT pg_stat_force_next_flush()")
+        _flushed(conn, "UPDATE receipts SET state = 'resolved' WHERE receipt_id IN"
+                       " (SELECT 'rcp_' || g FROM generate_series(1, %s) g)", GROWN // 10)
     assert asyncio.run(_analyze(url)) == []
 
 
@@ -75,8 +79,7 @@ def test_a_role_that_may_not_analyze_a_table_leaves_it_alone(databases):
     url = _statistics_database(databases)
     role = f"cs_stats_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(_RECEIPTS, (GROWN,))
-        conn.execute("SELECT pg_stat_force_next_flush()")
+        _flushed(conn, _RECEIPTS, GROWN)
         conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
     try:
         as_role = conninfo.make_conninfo(url, user=role)
@@ -86,11 +89,6 @@ def test_a_role_that_may_not_analyze_a_table_leaves_it_alone(databases):
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
-
-
-def _flushed(conn: psycopg.Connection, statement: str, *params) -> None:
-    conn.execute(statement, params)
-    conn.execute("SELECT pg_stat_force_next_flush()")
 
 
 def test_the_young_pass_analyzes_only_small_tables_that_grew(databases):

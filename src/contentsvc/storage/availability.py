@@ -41,7 +41,7 @@ class StorageUnavailable(Exception):
 
 
 def connection_options(settings: DatabaseSettings, application_name: str, *,
-                       bounded_statements: bool, planned_each_time: bool = False) -> dict[str, object]:
+                       bounded_statements: bool, fold: bool = False) -> dict[str, object]:
     """libpq parameters for a connection of this service.
 
     Every connection gives up connecting after connect_timeout and sends TCP keepalives
@@ -49,7 +49,7 @@ def connection_options(settings: DatabaseSettings, application_name: str, *,
     connections carry statement and lock timeouts: a projector's fold or a migration may
     legitimately run longer than a request should wait.
 
-    `planned_each_time` is for a fold's connection, which lives as long as its process and
+    `fold` is for a projector's or worker's connection, which lives as long as its process and
     runs the same batched statements (`= ANY(array)`, joins on `unnest`) for ever. PostgreSQL
     would settle on a generic plan after five runs and keep it until the table is next
     analyzed; a plan made while a table was nearly empty scans it whole, and with autovacuum
@@ -71,7 +71,7 @@ def connection_options(settings: DatabaseSettings, application_name: str, *,
     if bounded_statements:
         settings_of_session += [f"-c statement_timeout={settings.statement_timeout_ms}",
                                 f"-c lock_timeout={settings.lock_timeout_ms}"]
-    if planned_each_time:
+    if fold:
         settings_of_session += ["-c plan_cache_mode=force_custom_plan", "-c random_page_cost=1.1"]
     if settings_of_session:
         options["options"] = " ".join(settings_of_session)

@@ -176,8 +176,7 @@ class LexicalProjector(GenerationFold):
             rows = await currentness.retirable(conn, RETIRE_CHUNK)
         if not rows:
             return False
-        indexed = self.writer.versions_by_record([record_id for record_id, _ in rows])
-        replaced = {v for record_id, current in rows for v in indexed.get(record_id, set()) - {current}}
+        replaced = self.writer.replaced_versions(dict(rows))
         for version_id in replaced:
             self.writer.remove_version(version_id)
         if replaced:

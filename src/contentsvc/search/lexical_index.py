@@ -193,19 +193,22 @@ class LexicalWriter:
         """From every projection generation."""
         self.writer.delete_documents_by_term("version_id", version_id)
 
-    def versions_by_record(self, record_ids: list[str]) -> dict[str, set[str]]:
-        """The Versions of these Records with documents in the last commit (one reload and one
-        query for all: the projector asks after every batch)."""
+    def replaced_versions(self, current: dict[str, str]) -> set[str]:
+        """Versions of these Records (record_id -> its current Version) other than the current
+        one that have documents in the last commit. One reload and one query for all (the
+        projector asks after every batch), which reads stored fields only of what it finds: a
+        Record new to the index, the usual case, has none, and reading every current document
+        back (its stored segment decompressed) took 10-24 ms per 500 Records against 2.5-4."""
         self.index.reload()
         searcher = self.index.searcher()
-        query = tantivy.Query.term_set_query(SCHEMA, "record_id", record_ids)
+        query = tantivy.Query.boolean_query([
+            (tantivy.Occur.Must, tantivy.Query.term_set_query(SCHEMA, "record_id", list(current))),
+            (tantivy.Occur.MustNot, tantivy.Query.term_set_query(SCHEMA, "version_id", list(current.values()))),
+        ])
         count = searcher.search(query, 1, count=True).count
-        found: dict[str, set[str]] = {}
-        if count:
-            for _, address in searcher.search(query, count).hits:
-                doc = searcher.doc(address)
-                found.setdefault(doc["record_id"][0], set()).add(doc["version_id"][0])
-        return found
+        if not count:
+            return set()
+        return {searcher.doc(address)["version_id"][0] for _, address in searcher.search(query, count).hits}
 
     def remove_record_in(self, projection: str, record_id: str) -> None:
         self.writer.delete_documents_by_term("record_in_projection", f"{projection}/{record_id}")

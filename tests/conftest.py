@@ -32,10 +32,16 @@ def admin_url():
     if url:
         yield url
         return
-    from contentsvc.storage.database import start_embedded
+    from contentsvc.storage import embedded
 
     with tempfile.TemporaryDirectory(prefix="contentsvc-pg-") as home:
-        yield start_embedded(Path(home))
+        server = embedded.start(Path(home))
+        try:
+            yield server.get_uri()
+        finally:
+            # Stopped before its files go: pgserver's own stop, at exit, found its data directory
+            # removed and left the server running, one orphan per test session.
+            embedded.stop(server)
 
 
 class Databases:

@@ -8,7 +8,6 @@ CONTENTSVC_HOME: same code path, same SQL.
 from __future__ import annotations
 
 import logging
-import warnings
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
@@ -29,10 +28,6 @@ _embedded_handles: list = []
 
 def start_embedded(home: Path) -> str:
     """Start (or join) the embedded PostgreSQL under home/pgdata; returns its URL."""
-    warnings.filterwarnings("ignore", module="platformdirs")
-    # pgserver's INFO lines are initdb chatter, and its ERROR lines paste the server's own log
-    # (which quotes values): our own lines say what failed.
-    logging.getLogger("pgserver").setLevel(logging.CRITICAL)
     from contentsvc.storage import embedded
 
     server = embedded.start(home)

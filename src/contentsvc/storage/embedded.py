@@ -64,7 +64,9 @@ def _drop_dead_handles(pgdata: Path) -> None:
 def start(home: Path):
     """Start (or join) the embedded PostgreSQL under home/pgdata; its pgserver handle."""
     import logging
+    import warnings
 
+    warnings.filterwarnings("ignore", module="platformdirs")  # pgserver's: no XDG_RUNTIME_DIR is not ours to say
     # pgserver's INFO lines are initdb chatter, and its ERROR lines paste the server's own log
     # (which quotes values): our own lines say what failed.
     logging.getLogger("pgserver").setLevel(logging.CRITICAL)

@@ -24,6 +24,9 @@ Measurements (one run, one database), one module each:
   3b. (a service the bench started) the batches of phase 2 again with its
      projectors and workers stopped (SIGSTOP) while they are sent: the API and
      PostgreSQL alone on the cores, the reference for phase 2.
+  Each of these phases gives, in its `cpu_s`, the CPU seconds of every process of the service,
+  of the bench and of PostgreSQL (when it runs on this machine) while its load was sent
+  (process_cpu.py): where the cores went.
   4. raw journal append (journal_raw.py; contentsvc.journal.store.append, 1 event per transaction,
      1 and 4 connections, and 100 events per call) against the ceiling of a plain
      durable INSERT of an equivalent row into a table shaped like the journal;
@@ -46,6 +49,7 @@ import asyncio
 import sys
 import time
 import uuid
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Awaitable
 
@@ -63,6 +67,7 @@ from contentsvc.bench.ingest_requests import TEXT_BYTES, Texts, explain_pending
 from contentsvc.bench.ingest_resolve import bench_resolve
 from contentsvc.bench.ingest_single import SINGLE_CONCURRENCY, bench_single
 from contentsvc.bench.journal_raw import RAW_BATCH, RAW_CONCURRENCY, bench_raw, ratios_to_ceilings
+from contentsvc.bench.process_cpu import CpuAccount, counted
 from contentsvc.bench.service import (
     OwnService,
     Target,
@@ -111,7 +116,7 @@ async def check_all_resolved(database_url: str, corpora: list[str], cap_s: float
     return out
 
 
-async def run_bench(target: Target, texts: Texts, args) -> dict[str, Any]:
+async def run_bench(target: Target, texts: Texts, args, cpu: CpuAccount | None) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:8]
     results: dict[str, Any] = {}
     async with api_client(target, 2) as client:
@@ -121,17 +126,22 @@ async def run_bench(target: Target, texts: Texts, args) -> dict[str, Any]:
         ingest_corpus = await create_corpus(client, f"bench-{run_id}")
         latency_corpus = await create_corpus(client, f"bench-{run_id}-lat")
 
+    async def resolve() -> dict[str, Any]:
+        with counted(cpu) as cpu_s:  # the whole phase is its load
+            figures = await bench_resolve(target, texts, latency_corpus, run_id, args.rate, 2 * args.seconds)
+        return {**figures, **({"cpu_s": cpu_s} if cpu_s else {})}
+
     phases = [
-        ("single", lambda: bench_single(target, texts, ingest_corpus, run_id, args.single)),
-        ("batch", lambda: bench_batch(target, texts, ingest_corpus, run_id, args.batches)),
-        ("resolve", lambda: bench_resolve(target, texts, latency_corpus, run_id, args.rate, 2 * args.seconds)),
+        ("single", lambda: bench_single(target, texts, ingest_corpus, run_id, args.single, cpu=cpu)),
+        ("batch", lambda: bench_batch(target, texts, ingest_corpus, run_id, args.batches, cpu=cpu)),
+        ("resolve", resolve),
     ]
     if target.supervisor_pid:  # the references: the same load with the cores to the API alone
         phases += [
             ("single_folds_paused", lambda: bench_single(target, texts, ingest_corpus, f"{run_id}p", args.single,
-                                                         pause_folds=True)),
+                                                         pause_folds=True, cpu=cpu)),
             ("batch_folds_paused", lambda: bench_batch(target, texts, ingest_corpus, f"{run_id}p", args.batches,
-                                                       pause_folds=True)),
+                                                       pause_folds=True, cpu=cpu)),
         ]
     for name, phase in phases:
         results[name] = await announced(name, phase())
@@ -188,7 +198,8 @@ def main(argv: list[str]) -> int:
         else:
             own = OwnService(SERVER_LOG)
             target = own.start()
-        results = asyncio.run(run_bench(target, texts, args))
+        with closing(CpuAccount(target.supervisor_pid, target.database_url)) as cpu:
+            results = asyncio.run(run_bench(target, texts, args, cpu))
     except BenchError as exc:
         print(f"bench ingest failed: {exc}", file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ from typing import Any
 from contentsvc.bench.ingest_requests import (DRAIN_CAP_S, PHASE_CAP_S, Texts, closed_loop, decode, encode,
                                               ingest_command, wait_resolved, warm_up)
 from contentsvc.bench.http_load import Answer, LoadClient
+from contentsvc.bench.process_cpu import CpuAccount, counted
 from contentsvc.bench.service import Target, api_client, folds_paused
 from contentsvc.bench.stats import Errors, latency_summary
 
@@ -18,7 +19,7 @@ BATCH_CONCURRENCY = 4
 
 
 async def bench_batch(target: Target, texts: Texts, corpus_id: str, run_id: str, batches: int,
-                      pause_folds: bool = False) -> dict[str, Any]:
+                      pause_folds: bool = False, cpu: CpuAccount | None = None) -> dict[str, Any]:
     """pause_folds: the reference run, the service's projectors and workers stopped while the
     batches are sent (service.folds_paused); they resume before the drain."""
     bodies = []
@@ -49,7 +50,7 @@ async def bench_batch(target: Target, texts: Texts, corpus_id: str, run_id: str,
             if ok:
                 last_receipts.append(ok[-1]["receipt"]["receipt_id"])
 
-        with folds_paused(target, pause_folds) as paused:
+        with counted(cpu) as cpu_s, folds_paused(target, pause_folds) as paused:
             loop = await closed_loop(load, "/v0/records/batch", bodies, BATCH_CONCURRENCY, 200, answered)
         await load.aclose()
         drain = await wait_resolved(client, last_receipts, DRAIN_CAP_S, target.database_url)
@@ -57,6 +58,7 @@ async def bench_batch(target: Target, texts: Texts, corpus_id: str, run_id: str,
     end_to_end = loop.wall + drain["seconds"]
     return {
         **({"folds_paused": paused} if pause_folds else {}),
+        **({"cpu_s": cpu_s} if cpu_s else {}),
         "batches_planned": batches,
         "batches_sent": loop.sent,
         "capped_at_s": PHASE_CAP_S if loop.sent < batches else None,

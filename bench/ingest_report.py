@@ -147,6 +147,12 @@ def summary_text(report: dict[str, Any], result_path: Path) -> str:
         if "batch_to_batch_folds_paused" in ceilings:
             rows.append(("batch/folds paused", f"{ceilings['batch_to_batch_folds_paused']}",
                          f"folds paused over plain {ceilings['batch_folds_paused_to_plain_100_row_transactions']}"))
+    for phase in ("single", "batch", "resolve", "single_folds_paused", "batch_folds_paused"):
+        cpu = res.get(phase, {}).get("cpu_s")
+        if cpu:
+            top = ", ".join(f"{name} {fmt(seconds)}" for name, seconds in list(cpu["by_process"].items())[:7]
+                            if seconds >= 0.05)
+            rows.append((f"cpu s {phase}", f"{fmt(cpu['total'])} s", top))
     w1 = max(len(r[0]) for r in rows)
     w2 = max(len(r[1]) for r in rows)
     lines = ["", f"contentsvc bench ingest  {report['timestamp']}  {machine_line(report['machine'])}",

@@ -8,6 +8,7 @@ from typing import Any
 from contentsvc.bench.ingest_requests import (DRAIN_CAP_S, PHASE_CAP_S, Texts, closed_loop, decode, encode,
                                               ingest_command, wait_resolved, warm_up)
 from contentsvc.bench.http_load import Answer, LoadClient
+from contentsvc.bench.process_cpu import CpuAccount, counted
 from contentsvc.bench.service import Target, api_client, folds_paused
 from contentsvc.bench.stats import latency_summary
 
@@ -15,7 +16,7 @@ SINGLE_CONCURRENCY = 16
 
 
 async def bench_single(target: Target, texts: Texts, corpus_id: str, run_id: str, n: int,
-                       pause_folds: bool = False) -> dict[str, Any]:
+                       pause_folds: bool = False, cpu: CpuAccount | None = None) -> dict[str, Any]:
     """pause_folds: the reference run, the service's projectors and workers stopped while the
     requests are sent (service.folds_paused); they resume before the drain."""
     load = LoadClient(target.base_url, target.api_key, SINGLE_CONCURRENCY)
@@ -31,13 +32,14 @@ async def bench_single(target: Target, texts: Texts, corpus_id: str, run_id: str
             latencies.append(elapsed)
             receipts.append(decode(r.content)["receipt_id"])
 
-        with folds_paused(target, pause_folds) as paused:
+        with counted(cpu) as cpu_s, folds_paused(target, pause_folds) as paused:
             loop = await closed_loop(load, "/v0/records", bodies, SINGLE_CONCURRENCY, 202, accepted)
         await load.aclose()
         drain = await wait_resolved(client, receipts[-SINGLE_CONCURRENCY * 2:], DRAIN_CAP_S, target.database_url)
 
     return {
         **({"folds_paused": paused} if pause_folds else {}),
+        **({"cpu_s": cpu_s} if cpu_s else {}),
         "requests_planned": n,
         "requests_sent": loop.sent,
         "capped_at_s": PHASE_CAP_S if loop.sent < n else None,

@@ -114,8 +114,6 @@ def counted(account: CpuAccount | None) -> Iterator[dict[str, object]]:
     account."""
     figures: dict[str, object] = {}
     before = account.snapshot() if account else None
-    try:
-        yield figures
-    finally:
-        if account:
-            figures.update(account.since(before))
+    yield figures
+    if account:
+        figures.update(account.since(before))

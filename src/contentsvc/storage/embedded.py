@@ -66,7 +66,8 @@ def start(home: Path):
     import logging
     import warnings
 
-    warnings.filterwarnings("ignore", module="platformdirs")  # pgserver's: no XDG_RUNTIME_DIR is not ours to say
+    # pgserver's import has platformdirs warn that XDG_RUNTIME_DIR is unset: nothing an operator does.
+    warnings.filterwarnings("ignore", module="platformdirs")
     # pgserver's INFO lines are initdb chatter, and its ERROR lines paste the server's own log
     # (which quotes values): our own lines say what failed.
     logging.getLogger("pgserver").setLevel(logging.CRITICAL)

@@ -15,7 +15,6 @@ lost, and counted in `ended_processes`.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -32,10 +31,11 @@ def service_role(argv: list[str]) -> str:
     """`api`, `projector lexical`, `worker gc`, `plugin pdf` ... from the words after
     `contentsvc.cli` (`python -m contentsvc.cli projector run lexical`) or after the `contentsvc`
     script; `supervisor` for `run`; another program by its name."""
-    starts = [i for i, word in enumerate(argv) if word == "contentsvc.cli" or Path(word).name == "contentsvc"]
-    if not starts:
+    start = next((i for i, word in enumerate(argv) if word == "contentsvc.cli" or Path(word).name == "contentsvc"),
+                 None)
+    if start is None:
         return Path(argv[0]).name if argv else "?"
-    words = [w for w in argv[starts[0] + 1:] if not w.startswith("-")]
+    words = [w for w in argv[start + 1:] if not w.startswith("-")]
     if not words or words[0] == "run":
         return "supervisor"
     if words[0] == "serve":
@@ -43,9 +43,7 @@ def service_role(argv: list[str]) -> str:
     return " ".join(w for w in words[:3] if w not in ("run", "serve"))
 
 
-@dataclass
-class Snapshot:
-    seconds: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> (label, CPU seconds)
+Snapshot = dict[int, tuple[str, float]]  # pid -> (label, cumulative CPU seconds)
 
 
 class CpuAccount:
@@ -87,10 +85,10 @@ class CpuAccount:
         return labels
 
     def snapshot(self) -> Snapshot:
-        shot = Snapshot()
+        shot: Snapshot = {}
         for pid, label in self._labelled().items():
             try:
-                shot.seconds[pid] = (label, _cpu_seconds(psutil.Process(pid)))
+                shot[pid] = (label, _cpu_seconds(psutil.Process(pid)))
             except psutil.Error:
                 continue  # ended meanwhile
         return shot
@@ -99,12 +97,12 @@ class CpuAccount:
         """CPU seconds per label from `before` to now, the largest first, with their total."""
         now = self.snapshot()
         by_label: dict[str, float] = {}
-        for pid, (label, seconds) in now.seconds.items():
-            earlier = before.seconds.get(pid)
+        for pid, (label, seconds) in now.items():
+            earlier = before.get(pid)
             by_label[label] = by_label.get(label, 0.0) + seconds - (earlier[1] if earlier else 0.0)
         ordered = dict(sorted(((k, round(v, 2)) for k, v in by_label.items() if v >= 0.005), key=lambda kv: -kv[1]))
         return {"total": round(sum(by_label.values()), 2), "by_process": ordered,
-                "ended_processes": len(set(before.seconds) - set(now.seconds)),
+                "ended_processes": len(set(before) - set(now)),
                 "postgres_counted": self.postgres_is_local}
 
 

@@ -58,11 +58,9 @@ def _least_niceness(pid: int) -> int:
     values = []
     for thread in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/{pid}/task/{thread}/stat") as f:
-                stat = f.read()
+            values.append(os.getpriority(os.PRIO_PROCESS, int(thread)))  # a thread id: that thread's
         except OSError:  # the thread ended meanwhile
             continue
-        values.append(int(stat.rsplit(")", 1)[1].split()[16]))  # field 19 of proc(5), after the name
     if not values:
         raise psutil.NoSuchProcess(pid)
     return min(values)

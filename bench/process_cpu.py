@@ -1,7 +1,7 @@
 """CPU seconds per process over a phase of a bench: where the cores went.
 
 Counted for the processes of a service the bench started (`contentsvc run` and its children, by
-role: `api`, `projector lexical`, `worker gc` ...), for the bench's own process, and for the
+role: `api`, `projector:lexical`, `worker:gc` ...), for the bench's own process, and for the
 PostgreSQL server's processes when that server runs on this machine: its backends by the
 `application_name` of their connection without its `contentsvc ` (`postgres: api`, `postgres:
 projector lexical`), its background processes by type (`postgres: walwriter` ...).
@@ -21,6 +21,8 @@ from typing import Iterator
 import psutil
 import psycopg
 
+from contentsvc.processes.children import role_of
+
 
 def _cpu_seconds(process: psutil.Process) -> float:
     times = process.cpu_times()
@@ -28,19 +30,9 @@ def _cpu_seconds(process: psutil.Process) -> float:
 
 
 def service_role(argv: list[str]) -> str:
-    """`api`, `projector lexical`, `worker gc`, `plugin pdf` ... from the words after
-    `contentsvc.cli` (`python -m contentsvc.cli projector run lexical`) or after the `contentsvc`
-    script; `supervisor` for `run`; another program by its name."""
-    start = next((i for i, word in enumerate(argv) if word == "contentsvc.cli" or Path(word).name == "contentsvc"),
-                 None)
-    if start is None:
-        return Path(argv[0]).name if argv else "?"
-    words = [w for w in argv[start + 1:] if not w.startswith("-")]
-    if not words or words[0] == "run":
-        return "supervisor"
-    if words[0] == "serve":
-        return "api"
-    return " ".join(w for w in words[:3] if w not in ("run", "serve"))
+    """The name the supervisor gives a process of the service (`api`, `projector:lexical`,
+    `supervisor`, processes/children.py); any other program by its name."""
+    return role_of(argv) or (Path(argv[0]).name if argv else "?")
 
 
 Snapshot = dict[int, tuple[str, float]]  # pid -> (label, cumulative CPU seconds)

@@ -23,6 +23,7 @@ import psycopg
 from contentsvc.bench.driver import BenchError
 
 from contentsvc.config import current_settings
+from contentsvc.processes.children import supervised_children
 from contentsvc.processes.local_service import (
     LocalService,
     create_database,
@@ -105,23 +106,6 @@ class OwnService:
         self._home.cleanup()
 
 
-def children_of(supervisor_pid: int, roles: tuple[bytes, ...]) -> list[int]:
-    """The processes `contentsvc run` (supervisor_pid) started whose command line holds one of
-    `roles` as a word (b"serve" for the API, b"projector" and b"worker" for the folds)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
-        if ppid == supervisor_pid and any(role in argv for role in roles):
-            pids.append(int(entry.name))
-    return pids
-
-
 PAUSE_ATTEMPTS = 100  # times the folds are stopped, at most, before one is found outside a transaction
 
 
@@ -134,8 +118,8 @@ def folds_paused(target: Target, pause: bool = True):
     if not pause:
         yield None
         return
-    pids = (children_of(target.supervisor_pid, (b"projector", b"worker"))
-            if target.supervisor_pid and Path("/proc").is_dir() else [])
+    pids = ([child.pid for role, child in supervised_children(target.supervisor_pid).items()
+             if role.startswith(("projector:", "worker:"))] if target.supervisor_pid else [])
 
     def signal_all(signum: int) -> None:
         for pid in pids:

@@ -48,7 +48,9 @@ import httpx
 
 from contentsvc.bench.driver import (target_lines, RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, machine_line,
                                      write_results)
-from contentsvc.bench.service import OwnService, children_of, scan_server_log
+from contentsvc.bench.service import OwnService, scan_server_log
+from contentsvc.processes.children import supervised_children
+from contentsvc.processes.registry import API
 from contentsvc.bench.upload_references import client_alone_seconds, durably_timed, store_alone_seconds
 
 RESULT_PATH = RESULTS_DIR / "upload.json"
@@ -109,10 +111,10 @@ def rss_bytes(pid: int) -> int:
 
 def serve_child(supervisor_pid: int) -> int:
     """The pid of the `serve` child of `contentsvc run` (the API process)."""
-    api = children_of(supervisor_pid, (b"serve",))
-    if not api:
+    api = supervised_children(supervisor_pid).get(API)
+    if api is None:
         raise BenchError(f"no `serve` child of pid {supervisor_pid}")
-    return api[0]
+    return api.pid
 
 
 class RssSampler(threading.Thread):

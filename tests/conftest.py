@@ -22,6 +22,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from contentsvc.auth import keys
+from contentsvc.processes.children import supervised_children
 from contentsvc.processes.local_service import LocalService, create_database, drop_database
 from contentsvc.storage.migrations import migrate
 
@@ -96,18 +97,8 @@ class ServerProcess(LocalService):
                          ready_timeout=60)
 
     def children(self) -> dict[str, psutil.Process]:
-        """The live supervised children by role: `serve`, `projector run NAME`, `worker run NAME`."""
-        roles = {}
-        for child in psutil.Process(self.process.pid).children():
-            try:
-                command = child.cmdline()  # python -m contentsvc.cli serve ... | projector run NAME | ...
-                if child.status() == psutil.STATUS_ZOMBIE:
-                    continue
-                subcommand = command[command.index("contentsvc.cli") + 1:]
-                roles["serve" if subcommand[0] == "serve" else " ".join(subcommand[:3])] = child
-            except (psutil.NoSuchProcess, ValueError, IndexError):
-                continue
-        return roles
+        """The live supervised children by role: `api`, `projector:NAME`, `worker:NAME`."""
+        return supervised_children(self.process.pid)
 
 
 @pytest.fixture(scope="session")

@@ -43,7 +43,7 @@ def test_ingests_are_refused_while_the_folds_are_behind_and_accepted_once_they_c
     assert first.status_code == 202, first.text
     wait_resolved(client, first.json()["receipt_id"])
 
-    materializer = own_server.children()["projector run materializer"]
+    materializer = own_server.children()["projector:materializer"]
     materializer.suspend()
     try:
         # A fresh backlog is accepted: the limit is on the age of what waits, not on its size.
@@ -80,7 +80,7 @@ def test_embedding_that_lags_refuses_nothing(own_server, client):
     # Enrichment lags by design (record.enriched says when it caught up); only the folds on the way
     # to searchable count.
     corpus = create_corpus(client)
-    vectors = own_server.children()["projector run vectors"]
+    vectors = own_server.children()["projector:vectors"]
     vectors.suspend()
     try:
         waiting = ingest(client, corpus)

@@ -28,7 +28,6 @@ import uuid
 from datetime import datetime
 
 import httpx
-import psutil
 import psycopg
 import pytest
 
@@ -159,14 +158,8 @@ def at(timestamp: str) -> datetime:
 
 def worker_pid(server: ServerProcess, name: str) -> int | None:
     """The supervised child running `contentsvc worker run NAME`, if one is alive."""
-    for child in psutil.Process(server.process.pid).children():
-        try:
-            if child.cmdline()[-3:] == ["worker", "run", name] and child.is_running() \
-                    and child.status() != psutil.STATUS_ZOMBIE:
-                return child.pid
-        except psutil.NoSuchProcess:
-            continue
-    return None
+    child = server.children().get(f"worker:{name}")
+    return child.pid if child else None
 
 
 # ---------------------------------------------------------------- kill -9 while ingesting

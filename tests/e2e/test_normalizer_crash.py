@@ -23,7 +23,7 @@ BOUND_S = 60
 
 def materializer_pid(server: ServerProcess) -> int | None:
     """The supervised child running the materializer (`contentsvc projector run materializer`)."""
-    child = server.children().get("projector run materializer")
+    child = server.children().get("projector:materializer")
     return child.pid if child is not None else None
 
 

@@ -83,11 +83,11 @@ def _reniced(server: ServerProcess) -> dict[str, int]:
     """The children's niceness once the runner has reniced every projector and worker (once started)."""
     def settled():
         roles = _niceness_by_role(server)
-        background = {role: n for role, n in roles.items() if role != "serve"}
+        background = {role: n for role, n in roles.items() if role != "api"}
         return roles if background and 0 not in background.values() else None
 
     roles = until(settled, "every projector and worker reniced")
-    assert {"projector run materializer", "projector run readmodel", "projector run lexical"} <= set(roles)
+    assert {"projector:materializer", "projector:readmodel", "projector:lexical"} <= set(roles)
     return roles
 
 
@@ -95,18 +95,18 @@ def test_every_fold_and_worker_yields_the_cores_to_the_api(server):
     # Accepting and searching answer first when the cores are short; the folds catch up after
     # ([processes] background_niceness, default 10; projectors/base.py).
     roles = _reniced(server)
-    assert roles["serve"] == 0
-    assert roles["projector run vectors"] == 15  # enrichment yields to indexing too
-    assert all(n == 10 for role, n in roles.items() if role not in ("serve", "projector run vectors")), roles
+    assert roles["api"] == 0
+    assert roles["projector:vectors"] == 15  # enrichment yields to indexing too
+    assert all(n == 10 for role, n in roles.items() if role not in ("api", "projector:vectors")), roles
 
 
 def test_the_background_niceness_is_the_operators_to_set(databases, tmp_path):
     server = ServerProcess(databases.create(), tmp_path, extra_env={"CONTENTSVC_BACKGROUND_NICENESS": "3"})
     try:
         roles = _reniced(server)
-        assert roles["serve"] == 0
-        assert roles["projector run vectors"] == 8
-        assert all(n == 3 for role, n in roles.items() if role not in ("serve", "projector run vectors")), roles
+        assert roles["api"] == 0
+        assert roles["projector:vectors"] == 8
+        assert all(n == 3 for role, n in roles.items() if role not in ("api", "projector:vectors")), roles
     finally:
         server.stop()
 

@@ -16,15 +16,12 @@ from contentsvc.bench.process_cpu import CpuAccount, counted, service_role
 SPIN = "import time\nwhile time.process_time() < 0.3: pass\ntime.sleep(30)"
 
 
-def test_the_roles_of_the_service_processes():
-    python = ["/usr/bin/python3", "-m", "contentsvc.cli"]
-    assert service_role(python + ["run", "--port", "8080"]) == "supervisor"
-    assert service_role(python + ["serve", "--no-migrate", "--host", "127.0.0.1", "--port", "8080"]) == "api"
-    assert service_role(python + ["projector", "run", "lexical"]) == "projector lexical"
-    assert service_role(python + ["worker", "run", "gc"]) == "worker gc"
-    assert service_role(["/usr/bin/python3", "/usr/local/bin/contentsvc", "plugin", "serve", "pdf", "--port", "9101"]) \
-        == "plugin pdf"
+def test_a_process_outside_the_service_is_labelled_by_its_program():
+    # The service's own processes by their role (processes/children.role_of, its own test).
+    assert service_role(["/usr/bin/python3", "-m", "contentsvc.cli", "worker", "run", "gc"]) == "worker:gc"
     assert service_role(["/usr/lib/postgresql/15/bin/postgres", "-D", "/data"]) == "postgres"
+    assert service_role(["/usr/bin/python3", "/usr/local/bin/contentsvc", "projector", "replay", "lexical"]) \
+        == "python3"
 
 
 def test_a_phase_counts_a_childs_cpu_and_a_backends_by_its_application(database_url):
@@ -49,7 +46,7 @@ def test_a_phase_counts_a_childs_cpu_and_a_backends_by_its_application(database_
     by_process = figures["by_process"]
     assert figures["postgres_counted"] is True
     # The child, by the role its command line names; all it spent, since it started in the block.
-    assert by_process["worker probe"] == pytest.approx(spun.user + spun.system, abs=0.02)
+    assert by_process["worker:probe"] == pytest.approx(spun.user + spun.system, abs=0.02)
     # The backend that counted, by its application's name.
     assert by_process["postgres: probe"] > 0.05
-    assert figures["total"] >= by_process["worker probe"] + by_process["postgres: probe"]
+    assert figures["total"] >= by_process["worker:probe"] + by_process["postgres: probe"]

@@ -55,7 +55,8 @@ def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen:
                             preexec_fn=_die_with_parent(os.getpid()))
 
 
-def _label(kind: ProcessKind) -> str:
+def supervisor_label(kind: ProcessKind) -> str:
+    """The name of a child in the supervisor's log lines and its own (`process`): `api`, `projector:NAME`."""
     return kind.name if kind.role == API else f"{kind.role}:{kind.name}"
 
 
@@ -116,7 +117,7 @@ def run_all(database_url: str, host: str, port: int, config_file: Path | None = 
     env = child_environment(CONTENTSVC_DATABASE_URL=database_url, CONTENTSVC_HOST=host, CONTENTSVC_PORT=str(port),
                             **({CONFIG_VARIABLE: str(config_file)} if config_file else {}))
     launched = launched_plugins(plugins or {}, env)
-    specs = {_label(kind): kind.command + (["--host", host, "--port", str(port)] if kind.role == API else [])
+    specs = {supervisor_label(kind): kind.command + (["--host", host, "--port", str(port)] if kind.role == API else [])
              for kind in PROCESSES}
     envs = {name: env for name in specs}
     for name, (args, child_env) in launched.items():

@@ -52,6 +52,7 @@ class OwnService:
         self.database_url: str | None = None
         self.service: LocalService | None = None
         self._tmp: tempfile.TemporaryDirectory | None = None
+        self._embedded = None  # the embedded PostgreSQL this started, if any
         self._home = tempfile.TemporaryDirectory(prefix="contentsvc-bench-home-")
 
     @property
@@ -63,10 +64,11 @@ class OwnService:
         url = settings.database_url or settings.bench.admin_database_url
         if url:
             return url
-        from contentsvc.storage.database import start_embedded
+        from contentsvc.storage import embedded
 
         self._tmp = tempfile.TemporaryDirectory(prefix="contentsvc-bench-pg-")
-        return start_embedded(Path(self._tmp.name))
+        self._embedded = embedded.start(Path(self._tmp.name))
+        return self._embedded.get_uri()
 
     def start(self, home: Path | None = None, extra_env: dict[str, str] | None = None) -> Target:
         print(f"[bench] starting contentsvc (log: {self.log_path}) ...", file=sys.stderr, flush=True)
@@ -94,15 +96,11 @@ class OwnService:
                 print(f"warning: could not drop database {self.database_url}: {exc}", file=sys.stderr)
             self.database_url = None
         if self._tmp is not None:
-            from contentsvc.storage import database
+            from contentsvc.storage import embedded
 
-            for server in database._embedded_handles:  # stop the embedded server before removing its files
-                try:
-                    server.cleanup()
-                except Exception:
-                    pass
+            embedded.stop(self._embedded)  # before its files go (tests/conftest.py admin_url says why)
             self._tmp.cleanup()
-            self._tmp = None
+            self._tmp = self._embedded = None
         self._home.cleanup()
 
 

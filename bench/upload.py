@@ -49,9 +49,9 @@ import httpx
 from contentsvc.bench.driver import (target_lines, RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, machine_line,
                                      write_results)
 from contentsvc.bench.service import OwnService, scan_server_log
+from contentsvc.bench.upload_references import client_alone_seconds, durably_timed, store_alone_seconds
 from contentsvc.processes.children import supervised_children
 from contentsvc.processes.registry import API
-from contentsvc.bench.upload_references import client_alone_seconds, durably_timed, store_alone_seconds
 
 RESULT_PATH = RESULTS_DIR / "upload.json"
 SERVER_LOG = RESULTS_DIR / "upload-server.log"

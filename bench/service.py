@@ -29,6 +29,7 @@ from contentsvc.processes.local_service import (
     create_database,
     drop_database,
 )
+from contentsvc.processes.registry import PROJECTOR, WORKER
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -117,7 +118,7 @@ def folds_paused(target: Target, pause: bool = True):
         yield None
         return
     pids = ([child.pid for role, child in supervised_children(target.supervisor_pid).items()
-             if role.startswith(("projector:", "worker:"))] if target.supervisor_pid else [])
+             if role.partition(":")[0] in (PROJECTOR, WORKER)] if target.supervisor_pid else [])
 
     def signal_all(signum: int) -> None:
         for pid in pids:

@@ -18,7 +18,6 @@ import logging
 import sys
 import threading
 import traceback
-import warnings
 
 import structlog
 
@@ -182,7 +181,6 @@ def configure(level: str = "info", process: str | None = None) -> None:
     for name in _QUIET:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
     logging.captureWarnings(True)
-    warnings.filterwarnings("ignore", module="platformdirs")  # XDG_RUNTIME_DIR chatter from pgserver's import
     lines = _RenderedLines(handler)
     structlog.configure(
         processors=[*shared, *render],

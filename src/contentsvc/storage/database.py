@@ -23,17 +23,13 @@ from contentsvc.logging import get_logger
 
 log = get_logger("contentsvc.storage.database")
 
-_embedded_handles: list = []
-
 
 def start_embedded(home: Path) -> str:
-    """Start (or join) the embedded PostgreSQL under home/pgdata; returns its URL."""
+    """Start (or join) the embedded PostgreSQL under home/pgdata (embedded.start keeps its handle);
+    returns its URL."""
     from contentsvc.storage import embedded
 
-    server = embedded.start(home)
-    if server not in _embedded_handles:
-        _embedded_handles.append(server)
-    return server.get_uri()
+    return embedded.start(home).get_uri()
 
 
 def resolve_database_url(settings: Settings) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from contentsvc.bench.driver import target_lines, closing_lines, fmt, judge, machine_line
 from contentsvc.bench.ingest_batch import BATCH_CONCURRENCY
+from contentsvc.bench.process_cpu import busiest
 from contentsvc.bench.ingest_single import SINGLE_CONCURRENCY
 from contentsvc.bench.journal_raw import RAW_CONCURRENCY
 
@@ -150,9 +151,7 @@ def summary_text(report: dict[str, Any], result_path: Path) -> str:
     for phase in ("single", "batch", "resolve", "single_folds_paused", "batch_folds_paused"):
         cpu = res.get(phase, {}).get("cpu_s")
         if cpu:
-            top = ", ".join(f"{name} {fmt(seconds)}" for name, seconds in list(cpu["by_process"].items())[:7]
-                            if seconds >= 0.05)
-            rows.append((f"cpu s {phase}", f"{fmt(cpu['total'])} s", top))
+            rows.append((f"cpu s {phase}", f"{fmt(cpu['total'])} s", busiest(cpu)))
     w1 = max(len(r[0]) for r in rows)
     w2 = max(len(r[1]) for r in rows)
     lines = ["", f"contentsvc bench ingest  {report['timestamp']}  {machine_line(report['machine'])}",

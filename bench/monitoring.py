@@ -41,6 +41,7 @@ from contentsvc.bench.driver import target_lines, DATASETS, RESULTS_DIR, BenchEr
     machine_line, write_results
 from contentsvc.bench.monitoring_receiver import Receiver
 from contentsvc.bench.monitoring_workload import deploy, expressions, load_documents, subscribe_all
+from contentsvc.bench.process_cpu import CpuAccount, busiest, counted
 from contentsvc.bench.service import OwnService, api_client, create_corpus, scan_server_log
 from contentsvc.config import current_settings
 
@@ -74,12 +75,14 @@ async def run_bench(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
     await receiver.start()
     config = deploy(workdir / "deploy", receiver.url, receiver.secret)
     own = OwnService(SERVER_LOG)
+    cpu = None
     try:
         target = own.start(home=workdir / "home", extra_env={"CONTENTSVC_CONFIG": str(config),
                                                              "CONTENTSVC_ENGINE_VECTORS": "0"})
         run_id = uuid.uuid4().hex[:6]
         async with api_client(target, 16, timeout=60) as client, \
                 await psycopg.AsyncConnection.connect(target.database_url, autocommit=True) as conn:
+            cpu = CpuAccount(target.supervisor_pid, target.database_url)
             corpora = {name: await create_corpus(client, f"mon-{run_id}-{name}")
                        for name in ("warm", "burst", "steady")}
             say(f"creating {len(exprs)} Saved Queries and {args.subscriptions} Subscriptions ...")
@@ -87,17 +90,23 @@ async def run_bench(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
             say(f"warm-up: {len(warm)} Versions ...")
             await phases.warm_up(client, conn, corpora["warm"], warm, args.subscriptions)
             say(f"evaluation throughput: {len(burst)} Versions x {args.subscriptions} Subscriptions ...")
-            evaluation = await phases.evaluation_throughput(client, conn, receiver, corpora["burst"], burst,
-                                                            args.subscriptions, workload["dedup_ratio"],
-                                                            args.cap)
+            with counted(cpu) as evaluation_cpu:
+                evaluation = await phases.evaluation_throughput(client, conn, receiver, corpora["burst"], burst,
+                                                                args.subscriptions, workload["dedup_ratio"],
+                                                                args.cap)
+            evaluation["cpu_s"] = evaluation_cpu
             say(f"evaluation: {fmt(evaluation['decisions_per_s'])} decisions/s; "
                 f"latency: {args.rate}/s for {args.seconds:.0f} s ...")
             latency = await phases.latency(client, conn, receiver, corpora["steady"], steady, args.rate,
                                            args.seconds, args.subscriptions, args.cap)
             say(f"latency: p50 {latency['every_webhook']['p50_ms']} ms; delivery burst ...")
-            delivery = await phases.delivery_throughput(client, conn, receiver, corpora["burst"], burst, args.cap)
+            with counted(cpu) as delivery_cpu:
+                delivery = await phases.delivery_throughput(client, conn, receiver, corpora["burst"], burst, args.cap)
+            delivery["cpu_s"] = delivery_cpu
             say(f"deliveries: {fmt(delivery['deliveries_per_s'])}/s")
     finally:
+        if cpu is not None:
+            cpu.close()
         own.stop()
         await receiver.stop()
     return {"workload": workload, "evaluation": evaluation, "latency": latency, "delivery": delivery,
@@ -127,6 +136,9 @@ def summary_text(report: dict[str, Any]) -> str:
     lines.append(f"delivery burst ({dl['records_withdrawn']} Records withdrawn): {dl['received']} of "
                  f"{dl['expected_deliveries']} match.withdrawn webhooks in {dl['first_to_last_arrival_s']} s, "
                  f"{fmt(dl['deliveries_per_s'])}/s (backlog up to {dl['max_pending_deliveries_seen']})")
+    for phase, figures in (("evaluation", ev), ("delivery burst", dl)):
+        if figures.get("cpu_s"):
+            lines.append(f"cpu s {phase}: {figures['cpu_s']['total']} s  {busiest(figures['cpu_s'])}")
     lines.append("-" * 96)
     lines += target_lines(report)
     return "\n".join(lines + closing_lines(report, RESULT_PATH))

@@ -107,3 +107,9 @@ def counted(account: CpuAccount | None) -> Iterator[dict[str, object]]:
     yield figures
     if account:
         figures.update(account.since(before))
+
+
+def busiest(figures: dict[str, object], count: int = 7) -> str:
+    """The `count` processes that took the most of a phase's CPU, for a summary line."""
+    return ", ".join(f"{name} {seconds:.1f}" for name, seconds in list(figures["by_process"].items())[:count]
+                     if seconds >= 0.05)

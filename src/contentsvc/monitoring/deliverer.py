@@ -34,6 +34,7 @@ from contentsvc.logging import get_logger
 from contentsvc.monitoring import deliveries
 from contentsvc.monitoring.deliveries import EXCERPT_BYTES, Claim, Outcome
 from contentsvc.monitoring.webhooks import request_headers
+from contentsvc.outbound_http import outbound_client
 from contentsvc.projectors.base import Projector
 from contentsvc.projectors.runner import connection_lost
 
@@ -81,8 +82,8 @@ class DeliveriesWorker(Projector):
 
     def _http(self) -> httpx.AsyncClient:
         if self.client is None:
-            self.client = httpx.AsyncClient(follow_redirects=False, trust_env=False,
-                                            timeout=self.delivery_settings.attempt_timeout_seconds)
+            self.client = outbound_client(follow_redirects=False, trust_env=False,
+                                          timeout=self.delivery_settings.attempt_timeout_seconds)
         return self.client
 
     async def close(self) -> None:

@@ -23,7 +23,6 @@ import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-import httpx
 from litestar import Response
 from msgspec import Meta
 from psycopg import AsyncConnection
@@ -179,8 +178,8 @@ async def evaluate(prepared: Prepared, org_id: str, settings: Settings) -> Previ
     provider = prepared.provider
     if provider is None:
         raise evaluator_unavailable("The installed evaluator's registration cannot be read.")
-    async with httpx.AsyncClient() as http:
-        decisions = await _decide(PluginClient(provider.target, http), org_id, prepared.records,
+    async with PluginClient(provider.target) as client:
+        decisions = await _decide(client, org_id, prepared.records,
                                   prepared.evaluation, provider.settings.configuration, settings)
     items = [PreviewItem(record_id=r["record_id"], version_id=r["record_version_id"], corpus_id=r["corpus_id"],
                          decision=d["decision"], evidence=d.get("evidence"))

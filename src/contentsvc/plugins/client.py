@@ -29,6 +29,7 @@ import msgspec
 from contentsvc import __version__
 from contentsvc.ids import new_id
 from contentsvc.logging import get_logger
+from contentsvc.outbound_http import outbound_client
 
 log = get_logger("contentsvc.plugins.client")
 
@@ -130,7 +131,7 @@ class PluginClient:
     def __init__(self, target: PluginTarget, http: httpx.AsyncClient | None = None):
         self.target = target
         self._own_http = http is None
-        self.http = http or httpx.AsyncClient()
+        self.http = http or outbound_client()
         self.verified = False
 
     async def aclose(self) -> None:

@@ -401,16 +401,15 @@ async def _claim(conn: AsyncConnection, settings: DeliverySettings, configured: 
     """claim_due's statements, inside the caller's transaction; the events are the caller's to append."""
     lease_seconds = settings.attempt_timeout_seconds + LEASE_MARGIN_SECONDS
     claims: list[Claim] = []
-    now = await database_now(conn)
     cur = await conn.execute(
-        """SELECT org_id, corpus_id, delivery_id, match_id, event_id, destination_id, body, attempts,
+        """SELECT now(), org_id, corpus_id, delivery_id, match_id, event_id, destination_id, body, attempts,
                   window_ends_at, last_error FROM deliveries
            WHERE state = 'pending' AND held IS NULL AND next_attempt_at <= now()
              AND (lease_expires_at IS NULL OR lease_expires_at <= now())
            ORDER BY next_attempt_at LIMIT %s FOR UPDATE SKIP LOCKED""", (limit,))
     events = []
-    for org, corpus, delivery_id, match_id, event_id, destination_id, body, attempts, window, last_error in \
-            await cur.fetchall():
+    for now, org, corpus, delivery_id, match_id, event_id, destination_id, body, attempts, window, last_error \
+            in await cur.fetchall():
         if window is not None and window <= now:
             error = _window_expired(now, last_error)
             await conn.execute(
@@ -532,25 +531,33 @@ async def _record(conn: AsyncConnection, recorded: Sequence[tuple[Claim, Outcome
         new_held = held if state == "pending" or held == HELD_DELETED else None
         attempts.append((new_id("att"), claim.delivery_id, claim.number, outcome.started_at, finished,
                          outcome.status_code, outcome.error_code, outcome.duration_ms, outcome.response_excerpt))
-        updates.append((state, new_held, claim.number, next_at, finished, state, finished, state, finished,
+        updates.append((state, new_held, claim.number, next_at, finished,
                         None if last_error is None else Jsonb(last_error), claim.delivery_id))
         if state != old_state or new_held != held:
             events.append(_changed(org, corpus, claim.delivery_id, match_id, state, new_held, claim.number,
                                    finished, last_error))
         states[i] = state
     if attempts:
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                """INSERT INTO delivery_attempts (attempt_id, delivery_id, number, started_at, finished_at,
-                       status_code, error_code, duration_ms, response_excerpt)
-                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (delivery_id, number) DO NOTHING""",
-                attempts)
-            await cur.executemany(
-                """UPDATE deliveries SET state = %s, held = %s, attempts = %s, next_attempt_at = %s,
-                       last_attempt_at = %s, succeeded_at = CASE WHEN %s = 'succeeded' THEN %s END,
-                       failed_at = CASE WHEN %s = 'failed' THEN %s END, last_error = %s,
-                       lease_token = NULL, lease_expires_at = NULL
-                   WHERE delivery_id = %s""", updates)
+        # One statement each for the whole step, not one per outcome: a step records about as many
+        # outcomes as its worker has attempts in flight (docs/decisions.md, "Outbound HTTP").
+        await conn.execute(
+            """INSERT INTO delivery_attempts (attempt_id, delivery_id, number, started_at, finished_at,
+                   status_code, error_code, duration_ms, response_excerpt)
+               SELECT * FROM unnest(%s::text[], %s::text[], %s::int[], %s::timestamptz[], %s::timestamptz[],
+                                    %s::int[], %s::text[], %s::int[], %s::text[])
+               ON CONFLICT (delivery_id, number) DO NOTHING""",
+            [list(column) for column in zip(*attempts)])
+        await conn.execute(
+            """UPDATE deliveries d SET state = u.state, held = u.held, attempts = u.number,
+                   next_attempt_at = u.next_at, last_attempt_at = u.finished,
+                   succeeded_at = CASE WHEN u.state = 'succeeded' THEN u.finished END,
+                   failed_at = CASE WHEN u.state = 'failed' THEN u.finished END, last_error = u.last_error,
+                   lease_token = NULL, lease_expires_at = NULL
+               FROM unnest(%s::text[], %s::text[], %s::int[], %s::timestamptz[], %s::timestamptz[],
+                           %s::jsonb[], %s::text[]) AS u(state, held, number, next_at, finished, last_error,
+                                                          delivery_id)
+               WHERE d.delivery_id = u.delivery_id""",
+            [list(column) for column in zip(*updates)])
     return states, events
 
 

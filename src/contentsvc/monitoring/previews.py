@@ -179,8 +179,8 @@ async def evaluate(prepared: Prepared, org_id: str, settings: Settings) -> Previ
     if provider is None:
         raise evaluator_unavailable("The installed evaluator's registration cannot be read.")
     async with PluginClient(provider.target) as client:
-        decisions = await _decide(client, org_id, prepared.records,
-                                  prepared.evaluation, provider.settings.configuration, settings)
+        decisions = await _decide(client, org_id, prepared.records, prepared.evaluation,
+                                  provider.settings.configuration, settings)
     items = [PreviewItem(record_id=r["record_id"], version_id=r["record_version_id"], corpus_id=r["corpus_id"],
                          decision=d["decision"], evidence=d.get("evidence"))
              for r, d in zip(prepared.records, decisions)]

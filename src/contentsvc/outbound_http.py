@@ -67,8 +67,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
                 await self._writer.start_tls(ssl_context, server_hostname=server_hostname)
         except TimeoutError as exc:
             raise httpcore.ConnectTimeout(str(exc)) from exc
-        except OSError as exc:  # ssl.SSLError among them
-            self._writer.close()
+        except OSError as exc:  # ssl.SSLError among them; asyncio has closed the transport
             raise httpcore.ConnectError(str(exc)) from exc
         return self
 

@@ -17,6 +17,7 @@ failed or timed-out connect or TLS handshake is ConnectError or ConnectTimeout w
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import ssl
 from collections.abc import Iterable
@@ -115,6 +116,15 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         await asyncio.sleep(seconds)
 
 
+@functools.cache
+def _verifying_context(trust_env: bool) -> ssl.SSLContext:
+    """httpx's default SSL context (the system's or certifi's CA bundle), made once per process:
+    loading the bundle costs about 30 ms of CPU, which every client paid anew, the API's
+    subscription previews once per request. A context is shared safely by any number of
+    connections."""
+    return httpx.create_ssl_context(trust_env=trust_env)
+
+
 class AsyncioTransport(httpx.AsyncHTTPTransport):
     """httpx's HTTP/1.1 transport with its connection pool on AsyncioBackend."""
 
@@ -123,7 +133,8 @@ class AsyncioTransport(httpx.AsyncHTTPTransport):
         # Not AsyncHTTPTransport.__init__: all it does is build the pool this one replaces
         # (loading the CA bundle a second time). Its request handling and exception mapping are kept.
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=trust_env),
+            ssl_context=_verifying_context(trust_env) if verify is True else httpx.create_ssl_context(
+                verify=verify, trust_env=trust_env),
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,

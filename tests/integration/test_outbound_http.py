@@ -184,10 +184,14 @@ def test_an_untrusted_certificate_is_a_tls_error_of_the_attempt(tls_server_conte
     assert (plain.status_code, plain.error_code, plain_requests) == (200, None, 1)
 
 
-def test_every_outbound_client_reaches_the_network_through_asyncio_streams():
+def test_every_outbound_client_reaches_the_network_through_asyncio_streams_with_one_ssl_context():
     # The transport replaces httpx's pool; should an httpx release build it elsewhere, this says so.
+    # The verifying SSL context is made once per process (loading the CA bundle is about 30 ms of
+    # CPU): a client made per request, as a subscription preview's, shares it.
     async def scenario():
-        async with outbound_client() as client:
-            return client._transport._pool._network_backend
+        async with outbound_client() as first, outbound_client() as second:
+            return [(c._transport._pool._network_backend, c._transport._pool._ssl_context) for c in (first, second)]
 
-    assert isinstance(asyncio.run(scenario()), AsyncioBackend)
+    (backend, context), (other_backend, other_context) = asyncio.run(scenario())
+    assert isinstance(backend, AsyncioBackend) and isinstance(other_backend, AsyncioBackend)
+    assert context is other_context and context.verify_mode == ssl.CERT_REQUIRED

@@ -117,11 +117,11 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
 
 
 @functools.cache
-def _verifying_context(trust_env: bool) -> ssl.SSLContext:
+def verifying_context(trust_env: bool = True) -> ssl.SSLContext:
     """httpx's default SSL context (the system's or certifi's CA bundle), made once per process:
     loading the bundle costs about 30 ms of CPU, which every client paid anew, the API's
-    subscription previews once per request. A context is shared safely by any number of
-    connections."""
+    subscription previews once per request (the first-party connector plugins' fetches use it
+    too). A context is shared safely by any number of connections."""
     return httpx.create_ssl_context(trust_env=trust_env)
 
 
@@ -133,7 +133,7 @@ class AsyncioTransport(httpx.AsyncHTTPTransport):
         # Not AsyncHTTPTransport.__init__: all it does is build the pool this one replaces
         # (loading the CA bundle a second time). Its request handling and exception mapping are kept.
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=_verifying_context(trust_env) if verify is True else httpx.create_ssl_context(
+            ssl_context=verifying_context(trust_env) if verify is True else httpx.create_ssl_context(
                 verify=verify, trust_env=trust_env),
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,

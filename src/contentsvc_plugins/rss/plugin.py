@@ -23,15 +23,10 @@ from urllib.parse import urljoin
 import feedparser
 import httpx
 
+from contentsvc.outbound_http import verifying_context
 from contentsvc_plugins.html_text import html_to_text
 from contentsvc_plugins.server import Plugin, terminal
-from contentsvc_plugins.source_http import (
-    guard_address,
-    network_error,
-    source_error,
-    status_error,
-    tls_context,
-)
+from contentsvc_plugins.source_http import guard_address, network_error, source_error, status_error
 
 FOLDER = Path(__file__).resolve().parent
 MAX_REDIRECTS = 5
@@ -95,7 +90,7 @@ def get_feed(url: str, options: Options, credential: object, conditional: dict[s
     auth = authorization(credential)
     origin = httpx.URL(url).netloc
     with httpx.Client(timeout=options.timeout_seconds, follow_redirects=False, trust_env=False,
-                      verify=tls_context()) as client:
+                      verify=verifying_context()) as client:
         for _ in range(MAX_REDIRECTS + 1):
             if not options.allow_private_networks:
                 guard_address(url)

@@ -19,9 +19,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from contentsvc.outbound_http import verifying_context
 from contentsvc_plugins.html_text import html_to_text
 from contentsvc_plugins.server import Plugin, PluginError, terminal
-from contentsvc_plugins.source_http import network_error, source_error, status_error, tls_context
+from contentsvc_plugins.source_http import network_error, source_error, status_error
 
 FOLDER = Path(__file__).resolve().parent
 PAGE_SIZE = 40  # decisions-part2 social_list: limit=40, max_items 40 per page
@@ -71,7 +72,7 @@ def _get(request: dict, path: str, params: dict[str, str | int]) -> httpx.Respon
                "user-agent": USER_AGENT}
     try:
         with httpx.Client(timeout=configuration.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS),
-                          follow_redirects=False, trust_env=False, verify=tls_context()) as client:
+                          follow_redirects=False, trust_env=False, verify=verifying_context()) as client:
             response = client.get(url, params=params, headers=headers)
     except httpx.HTTPError as exc:
         raise network_error(exc, "the instance") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import ipaddress
+import socket
 import ssl
 from pathlib import Path
 
@@ -136,14 +137,16 @@ def test_a_connection_the_server_ended_while_idle_is_not_reused(after_answer):
 
 def test_refused_connection_and_silent_server_are_httpx_errors():
     async def scenario():
-        async with Server() as server:
-            refused_url = server.url()
-        async with Server(silent=True) as silent, outbound_client(trust_env=False, timeout=0.3) as client:
-            with pytest.raises(httpx.ConnectError):
-                await client.post(refused_url, content=b"x")
-            with pytest.raises(httpx.ReadTimeout):
-                await client.post(silent.url(), content=b"x")
-            return silent.requests
+        # A port bound and not listening refuses every connection for as long as it is held.
+        with socket.socket() as closed_port:
+            closed_port.bind(("127.0.0.1", 0))
+            refused_url = f"http://127.0.0.1:{closed_port.getsockname()[1]}/hook"
+            async with Server(silent=True) as silent, outbound_client(trust_env=False, timeout=0.3) as client:
+                with pytest.raises(httpx.ConnectError):
+                    await client.post(refused_url, content=b"x")
+                with pytest.raises(httpx.ReadTimeout):
+                    await client.post(silent.url(), content=b"x")
+                return silent.requests
 
     assert asyncio.run(scenario()) == 1
 

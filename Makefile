@@ -33,6 +33,7 @@ bench:
 	contentsvc bench plugins
 	contentsvc bench monitoring
 	contentsvc bench embeddings
+	contentsvc bench outbound
 
 lint:
 	ruff check --select F,E9 src projectors bench tests

@@ -475,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", parents=[configured],
                        help="run a benchmark suite and write bench/results/SUITE.json")
     p.add_argument("suite", choices=["ingest", "search", "quality", "upload", "plugins", "monitoring", "connectors",
-                                     "embeddings"])
+                                     "embeddings", "outbound"])
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
 

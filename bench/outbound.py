@@ -40,13 +40,19 @@ ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\
 WARM_UP = 200
 
 
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """One HTTP/1.1 request with a Content-Length body (or none), as a loopback receiver reads it;
+    its body. IncompleteReadError once the client has closed the connection."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    return await reader.readexactly(length)
+
+
 async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)
-            await reader.readexactly(length)
+            await read_request(reader)
             writer.write(ANSWER)
     except (asyncio.IncompleteReadError, ConnectionError):
         pass

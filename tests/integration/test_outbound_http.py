@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from contentsvc.bench.outbound import read_request
 from contentsvc.config.settings import DeliverySettings, DestinationSettings, Settings
 from contentsvc.monitoring.deliverer import DeliveriesWorker
 from contentsvc.monitoring.deliveries import Claim
@@ -55,10 +56,7 @@ class Server:
         self.connections += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
-                await reader.readexactly(length)
+                await read_request(reader)
                 self.requests += 1
                 if self.silent:
                     await asyncio.sleep(30)

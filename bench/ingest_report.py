@@ -8,9 +8,9 @@ from typing import Any
 
 from contentsvc.bench.driver import target_lines, closing_lines, fmt, judge, machine_line
 from contentsvc.bench.ingest_batch import BATCH_CONCURRENCY
-from contentsvc.bench.process_cpu import busiest
 from contentsvc.bench.ingest_single import SINGLE_CONCURRENCY
 from contentsvc.bench.journal_raw import RAW_CONCURRENCY
+from contentsvc.bench.process_cpu import busiest
 
 # Batch and single ingest as the README's table of benchmarks states them, and the
 # 202-to-resolved median.

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import socket
 import ssl
 from collections.abc import Iterable
 from typing import Any
@@ -26,8 +25,10 @@ from typing import Any
 import httpcore
 import httpx
 
-# httpx's own defaults (httpx.Limits()): the same pool whichever backend it reaches the network by.
-DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
+# The pool httpx gives a client by default (its DEFAULT_LIMITS), whichever backend it reaches the network by.
+POOL_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
+# What httpcore may ask of a connection, by the name asyncio's transport gives it.
+_EXTRA_INFO = {"ssl_object": "ssl_object", "client_addr": "sockname", "server_addr": "peername", "socket": "socket"}
 
 
 class AsyncioStream(httpcore.AsyncNetworkStream):
@@ -80,8 +81,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             # reader has no public count of its unread bytes (`_buffer`, its bytearray since
             # Python 3.4; tests/integration/test_outbound_http.py holds both cases).
             return bool(self._reader._buffer) or self._reader.at_eof() or self._writer.transport.is_closing()
-        name = {"ssl_object": "ssl_object", "client_addr": "sockname", "server_addr": "peername",
-                "socket": "socket"}.get(info)
+        name = _EXTRA_INFO.get(info)
         return None if name is None else self._writer.get_extra_info(name)
 
 
@@ -107,9 +107,8 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
             raise httpcore.ConnectTimeout(str(exc)) from exc
         except OSError as exc:
             raise httpcore.ConnectError(str(exc)) from exc
-        sock: socket.socket = writer.get_extra_info("socket")
         for option in socket_options or ():
-            sock.setsockopt(*option)
+            writer.get_extra_info("socket").setsockopt(*option)
         return AsyncioStream(reader, writer)
 
     async def sleep(self, seconds: float) -> None:
@@ -128,16 +127,15 @@ def verifying_context(trust_env: bool = True) -> ssl.SSLContext:
 class AsyncioTransport(httpx.AsyncHTTPTransport):
     """httpx's HTTP/1.1 transport with its connection pool on AsyncioBackend."""
 
-    def __init__(self, *, verify: ssl.SSLContext | bool = True, trust_env: bool = True,
-                 limits: httpx.Limits = DEFAULT_LIMITS) -> None:
+    def __init__(self, *, verify: ssl.SSLContext | bool = True, trust_env: bool = True) -> None:
         # Not AsyncHTTPTransport.__init__: all it does is build the pool this one replaces
         # (loading the CA bundle a second time). Its request handling and exception mapping are kept.
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=verifying_context(trust_env) if verify is True else httpx.create_ssl_context(
                 verify=verify, trust_env=trust_env),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
+            max_connections=POOL_LIMITS.max_connections,
+            max_keepalive_connections=POOL_LIMITS.max_keepalive_connections,
+            keepalive_expiry=POOL_LIMITS.keepalive_expiry,
             network_backend=AsyncioBackend(),
         )
 

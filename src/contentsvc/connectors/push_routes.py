@@ -49,7 +49,7 @@ from contentsvc.connectors.shapes import PushAccepted
 from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
-from contentsvc.plugins.client import PluginClient, PluginUnreachable, plugin_error
+from contentsvc.plugins.client import ROUTE_CLIENTS, PluginUnreachable, plugin_error
 from contentsvc.plugins.manifest import PushRoute, validate_against
 from contentsvc.readmodel.receipts import answer_receipts
 from contentsvc.storage import sealed
@@ -61,7 +61,6 @@ STAGE_SECONDS = 9.0  # rule 6: plugin and ingestion
 RELAY = "relay"
 PLUGIN_ORIGIN = {"Service-Response-Origin": "plugin"}
 RATE_LIMITS = RateLimits()  # per API process (decisions-part2: N processes allow N times the rate)
-_clients: dict[str, PluginClient] = {}
 
 PUSH_BODY = Stream("application/json", "Any JSON, checked against the declared route's request_schema.")
 RELAY_BODY = Stream("*/*", "The source's request, relayed to the connector plugin as it came.")
@@ -156,9 +155,7 @@ async def _receive(settings, served: ServedKind, row: dict[str, Any], route_name
     if served.provider is None:
         return _fixture_receive(row, credential, route_name, route, request, raw)
     provider = served.provider
-    client = _clients.get(provider.registration_id)
-    if client is None:
-        client = _clients[provider.registration_id] = PluginClient(provider.target)
+    client = ROUTE_CLIENTS.client(provider.target)
     body = {**served.call_body(row, credential, settings.connectors.public_base_url), "route": route_name,
             "request": {"method": request.method, "path": request.url.path, "query": request.url.query or "",
                         "headers": relayed_headers(list(request.headers.items())),

@@ -53,7 +53,7 @@ from contentsvc.readmodel.uploads import read_upload_secret
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
-from contentsvc.plugins.client import PluginClient, PluginFailed, PluginUnreachable, backoff_delay
+from contentsvc.plugins.client import PluginClient, PluginClients, PluginFailed, PluginUnreachable, backoff_delay
 from contentsvc.plugins.plans import ActivePlan
 from contentsvc.projectors.base import Projector
 from contentsvc.storage import sealed
@@ -77,7 +77,7 @@ class ConnectorsWorker(Projector):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.plan = ActivePlan(settings)
-        self._clients: dict[str, PluginClient] = {}
+        self._clients = PluginClients()
         self.backoff_unit = BACKOFF_UNIT_SECONDS
         # Runs proceed side by side (plugin calls overlap); their statements take turns on the one
         # connection the runner gives the worker.
@@ -110,9 +110,7 @@ class ConnectorsWorker(Projector):
 
     async def close(self) -> None:
         self._cancel_runs()
-        for client in self._clients.values():
-            await client.aclose()
-        self._clients.clear()
+        await self._clients.aclose()
 
     async def step(self, conn: AsyncConnection) -> bool:
         """With runs in flight, wait for the first to end (at most the idle poll); then collect the
@@ -305,11 +303,7 @@ class ConnectorsWorker(Projector):
             await self.finish(conn, run, outcome)
 
     def _client(self, served: ServedKind) -> PluginClient:
-        provider = served.provider
-        client = self._clients.get(provider.registration_id)
-        if client is None:
-            client = self._clients[provider.registration_id] = PluginClient(provider.target)
-        return client
+        return self._clients.client(served.provider.target)
 
     async def _stopped(self, conn: AsyncConnection, run: dict[str, Any], served: ServedKind) -> bool:
         """Whether a rollback with `pinned_work: stop`, later than the run's plan, left out the

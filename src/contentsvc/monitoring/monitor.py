@@ -46,7 +46,7 @@ from contentsvc.monitoring.batches import (
     subscription_request,
 )
 from contentsvc.monitoring.evaluation_request import BUILTIN_NORMALIZATION, RecordVersion, record_object
-from contentsvc.plugins.client import PluginClient, PluginFailed, PluginUnreachable, random_backoff_delay
+from contentsvc.plugins.client import PluginClients, PluginFailed, PluginUnreachable, random_backoff_delay
 from contentsvc.plugins.plans import ActivePlan, Provider
 from contentsvc.projectors.base import TableFold
 
@@ -109,7 +109,7 @@ class MonitorWorker(TableFold):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.plan = ActivePlan(settings)
-        self._clients: dict[str, PluginClient] = {}
+        self._clients = PluginClients()
         self._calls: list[Call] = []
         self._queued: list[Queued] = []
         # Where due evaluations may be, kept in memory so a step scans only when some may be due:
@@ -187,12 +187,6 @@ class MonitorWorker(TableFold):
 
     # ------------------------------------------------------------ calls beside the fold
 
-    def _client(self, provider: Provider) -> PluginClient:
-        client = self._clients.get(provider.registration_id)
-        if client is None:
-            client = self._clients[provider.registration_id] = PluginClient(provider.target)
-        return client
-
     async def open(self, conn: AsyncConnection) -> None:
         await super().open(conn)
         self._more_due = True  # at start or after a reconnection memory knows nothing of what is due
@@ -216,7 +210,8 @@ class MonitorWorker(TableFold):
         timeout = float(self.settings.monitoring.evaluator_timeout_seconds)
         while free > 0 and self._queued:
             q = self._queued.pop(0)
-            task = asyncio.create_task(self._client(q.provider).invoke("subscription", q.body, timeout))
+            client = self._clients.client(q.provider.target)
+            task = asyncio.create_task(client.invoke("subscription", q.body, timeout))
             self._calls.append(Call(q.version_id, q.batch, q.part_keys, q.rows, task))
             free -= 1
 

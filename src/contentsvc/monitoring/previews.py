@@ -41,7 +41,7 @@ from contentsvc.monitoring.batches import InvalidOutput, check_answer, part_keys
 from contentsvc.monitoring.evaluation_request import RecordVersion, record_object
 from contentsvc.monitoring.evaluators import installed_evaluator
 from contentsvc.monitoring.shapes import EvaluatorPin, IdempotencyKey, check_against_evaluator
-from contentsvc.plugins.client import PluginClient, PluginFailed, PluginUnreachable
+from contentsvc.plugins.client import ROUTE_CLIENTS, PluginClient, PluginFailed, PluginUnreachable
 from contentsvc.plugins.plans import Provider, load_provider
 
 WRITE = ("monitoring:write",)
@@ -178,9 +178,9 @@ async def evaluate(prepared: Prepared, org_id: str, settings: Settings) -> Previ
     provider = prepared.provider
     if provider is None:
         raise evaluator_unavailable("The installed evaluator's registration cannot be read.")
-    async with PluginClient(provider.target) as client:
-        decisions = await _decide(client, org_id, prepared.records, prepared.evaluation,
-                                  provider.settings.configuration, settings)
+    client = ROUTE_CLIENTS.client(provider.target)
+    decisions = await _decide(client, org_id, prepared.records, prepared.evaluation,
+                              provider.settings.configuration, settings)
     items = [PreviewItem(record_id=r["record_id"], version_id=r["record_version_id"], corpus_id=r["corpus_id"],
                          decision=d["decision"], evidence=d.get("evidence"))
              for r, d in zip(prepared.records, decisions)]

@@ -252,6 +252,31 @@ class PluginClient:
                      duration_ms=round((time.monotonic() - started) * 1000, 1))
 
 
+class PluginClients:
+    """One PluginClient per pinned target (a registration's endpoint, token and build), kept as long
+    as its holder (a worker, or an API process), so that its pooled connections and its verified
+    discovery serve every later call."""
+
+    def __init__(self) -> None:
+        self._clients: dict[PluginTarget, PluginClient] = {}
+
+    def client(self, target: PluginTarget) -> PluginClient:
+        client = self._clients.get(target)
+        if client is None:
+            client = self._clients[target] = PluginClient(target)
+        return client
+
+    async def aclose(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+
+
+# The clients an API process's routes share (push relays, subscription previews), kept for the
+# process's life: a preview or a push then costs no TCP connect and no discovery call.
+ROUTE_CLIENTS = PluginClients()
+
+
 def _json_object(response: httpx.Response) -> dict | None:
     try:
         answer = msgspec.json.decode(response.content)

@@ -16,9 +16,7 @@ from psycopg import AsyncConnection
 
 from contentsvc.domain.errors import ApiError
 from contentsvc.plugins import registry
-from contentsvc.plugins.manifest import SubscriptionContribution, parse_manifest
-
-_contributions: dict[str, SubscriptionContribution] = {}  # manifest digest -> contribution (registrations are immutable)
+from contentsvc.plugins.manifest import SubscriptionContribution, stored_manifest
 
 
 @dataclass(frozen=True)
@@ -46,10 +44,8 @@ async def served_evaluator(conn: AsyncConnection, plugin_id: str) -> ServedEvalu
     if role is None:
         return None
     found = await registry.registration(conn, role.registration_id)
-    if found.manifest_digest not in _contributions:
-        manifest = parse_manifest(found.manifest.encode("utf-8")).manifest
-        _contributions[found.manifest_digest] = manifest.contributions.subscription
-    return ServedEvaluator(plugin_id, role.version, role.registration_id, _contributions[found.manifest_digest])
+    return ServedEvaluator(plugin_id, role.version, role.registration_id,
+                           stored_manifest(found.manifest).manifest.contributions.subscription)
 
 
 async def installed_evaluator(conn: AsyncConnection, plugin_id: str, version: str,

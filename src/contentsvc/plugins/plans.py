@@ -23,7 +23,7 @@ from contentsvc.config import Settings
 from contentsvc.logging import get_logger
 from contentsvc.plugins import registry, store
 from contentsvc.plugins.client import PluginTarget
-from contentsvc.plugins.manifest import InstalledSettings, Manifest, installed_settings, parse_manifest
+from contentsvc.plugins.manifest import InstalledSettings, Manifest, installed_settings, stored_manifest
 
 log = get_logger("contentsvc.plugins.plans")
 
@@ -54,7 +54,7 @@ async def load_provider(conn: AsyncConnection, settings: Settings, registration_
     found = await registry.registration(conn, registration_id)
     if found is None:
         return None
-    pinned = parse_manifest(found.manifest.encode("utf-8"))
+    pinned = stored_manifest(found.manifest)
     return Provider(
         registration_id=registration_id, plugin_id=found.plugin_id, version=found.version,
         target=PluginTarget(found.plugin_id, found.version, found.manifest_digest, found.endpoint,

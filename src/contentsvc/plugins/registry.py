@@ -23,7 +23,7 @@ from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
 from contentsvc.logging import get_logger
 from contentsvc.plugins import events as pe
-from contentsvc.plugins.manifest import parse_manifest
+from contentsvc.plugins.manifest import stored_manifest
 from contentsvc.plugins.planning import Candidate, candidate_of
 from contentsvc.plugins.shapes import (
     CheckObject,
@@ -106,7 +106,7 @@ class Registration:
     updated_at: str
 
     def candidate(self) -> Candidate:
-        return candidate_of(self.registration_id, parse_manifest(self.manifest.encode("utf-8")).manifest, self.roles)
+        return candidate_of(self.registration_id, stored_manifest(self.manifest).manifest, self.roles)
 
     def view(self) -> PluginRegistration:
         return PluginRegistration(registration_id=self.registration_id, plugin_id=self.plugin_id,

@@ -22,7 +22,7 @@ from contentsvc.plugins import events as pe
 from contentsvc.plugins import registry, store
 from contentsvc.plugins.client import PluginTarget
 from contentsvc.plugins.contract_check.run import run_contract_check
-from contentsvc.plugins.manifest import parse_manifest
+from contentsvc.plugins.manifest import stored_manifest
 from contentsvc.plugins.manifest import installed_settings
 from contentsvc.projectors.base import Projector
 
@@ -52,7 +52,7 @@ class PluginsWorker(Projector):
         if not queued:
             return False
         found = queued[0]
-        pinned = parse_manifest(found.manifest.encode("utf-8"))
+        pinned = stored_manifest(found.manifest)
         settings = installed_settings(pinned.manifest, found.settings)
         target = PluginTarget(found.plugin_id, found.version, found.manifest_digest, found.endpoint,
                               store.read_token(self.settings, found.registration_id))

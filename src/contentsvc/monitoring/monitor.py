@@ -300,7 +300,7 @@ class MonitorWorker(TableFold):
     async def _fail_all(self, conn: AsyncConnection, rows: list[dict], version_id: str) -> None:
         await checkpoints.position(conn, self.name, for_update=True)
         for r in rows:
-            if await matches.lock_pending(conn, r["subscription_version_id"], version_id):
+            if await matches.is_pending(conn, r["subscription_version_id"], version_id):
                 await matches.settle_failed(conn, r, matches.EVALUATOR_FAILED)
 
     def _provider(self, plugin_id: str) -> Provider | None:
@@ -325,8 +325,8 @@ class MonitorWorker(TableFold):
         return record_request(row[1], corpus_id, await matches.is_enriched(conn, version_id))
 
     async def _settle_calls(self, conn: AsyncConnection) -> bool:
-        """Every finished call of the step in one transaction (one journal append): the pending
-        pairs locked in one statement, no_match and match decisions written set-based."""
+        """Every finished call of the step in one transaction (one journal append): the pairs still
+        pending read in one statement, no_match and match decisions written set-based."""
         done = [c for c in self._calls if c.task.done()]
         if not done:
             return False
@@ -335,7 +335,7 @@ class MonitorWorker(TableFold):
         async with journal_transaction(conn):
             # Under the checkpoint's lock: the fold (a withdrawal, a disable) does not interleave.
             await checkpoints.position(conn, self.name, for_update=True)
-            pending = await matches.lock_pending_pairs(conn, [key for call in done for key in call.keys])
+            pending = await matches.pending_pairs(conn, [key for call in done for key in call.keys])
             no_match: list[dict] = []
             match: list[tuple[dict, dict]] = []
             for call in done:

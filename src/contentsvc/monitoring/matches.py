@@ -265,13 +265,10 @@ def _notice(m: dict, event_type: str) -> Notice:
 # ------------------------------------------------------------------------- settling answers
 
 
-# Settling reads which evaluations are still pending without locking them: the `monitor` runs as
-# one instance (its advisory lock) on one connection, and settles holding its checkpoint's row
-# lock, which its fold and an operator's replay of it also take before they write, so nothing can
-# change a row between this read and the settling writes.
-# Locking them (FOR UPDATE) wrote a lock to every row, a thousand a Version in `bench monitoring`:
-# 11,620-13,331 decisions per second with the lock against 14,148-16,465 without (three
-# alternating runs each).
+# Settling reads which evaluations are still pending without locking them: only the `monitor`
+# writes them, as one instance (its advisory lock) on one connection, so no row can change between
+# this read and the settling writes of the same transaction. Locking them (FOR UPDATE) wrote to
+# every row, a thousand a Version (docs/decisions.md, "Evaluation and Matches").
 
 
 async def is_pending(conn: AsyncConnection, subscription_version_id: str, version_id: str) -> bool:

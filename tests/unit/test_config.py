@@ -8,6 +8,7 @@ import hashlib
 import tomllib
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from contentsvc.config import ConfigError, Settings, load_configuration, load_settings
@@ -51,13 +52,20 @@ def test_defaults_without_a_file(cwd):
     assert (settings.max_blob_bytes, settings.upload_url_ttl_seconds) == (1024 ** 3, 3600)
     assert settings.blob_root == settings.home / "blobs"
     assert settings.search.engine_vectors is True and settings.search.backfill_chunk == 500
-    # decisions-part2 defaults of the part 2 keys
+    # decisions-part2 "Startup configuration": the default of every part 2 key
     assert (settings.plugin_plan_poll, settings.pinned_plugin_attempts) == (2, 10)
-    assert settings.deliveries.retry_schedule == [0, 5, 300, 1800, 7200, 18000, 36000, 36000]
-    assert settings.deliveries.window_seconds == 259200
-    assert settings.connectors.interval_floor_seconds == 30
-    assert settings.connectors.fixture_enabled is False and settings.connectors.credential_key is None
-    assert settings.monitoring.preview_timeout_seconds == 20
+    assert msgspec.structs.asdict(settings.deliveries) == {
+        "retry_schedule": [0, 5, 300, 1800, 7200, 18000, 36000, 36000], "jitter": 0.1, "attempt_timeout_seconds": 15,
+        "window_seconds": 259200, "max_retry_after_seconds": 36000, "concurrency": 8}
+    connectors = msgspec.structs.asdict(settings.connectors)
+    assert connectors.pop("credential_key") is None and connectors.pop("retired_credential_keys") == {}
+    assert connectors == {
+        "interval_floor_seconds": 30, "fixture_enabled": False, "credential_key_id": "k1", "public_base_url": None,
+        "trusted_proxies": [], "push_rate_per_second": 10, "push_burst": 20, "idempotency_ttl_seconds": 86400,
+        "max_pages_per_run": 100, "run_concurrency": 4, "fetch_timeout_seconds": 60}
+    assert msgspec.structs.asdict(settings.monitoring) == {
+        "evaluator_timeout_seconds": 10, "evaluation_concurrency": 4, "not_ready_max_seconds": 86400,
+        "preview_timeout_seconds": 20}
     # docs/decisions.md "A slow or dead database": every wait on PostgreSQL is bounded
     database = settings.database
     assert (database.connect_timeout_seconds, database.pool_wait_seconds, database.unresponsive_seconds) == (2, 3, 7)

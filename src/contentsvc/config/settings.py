@@ -155,7 +155,7 @@ class ConnectorSettings(Section):
 
 class MonitoringSettings(Section):
     evaluator_timeout_seconds: TimeoutSeconds = 10
-    evaluation_concurrency: Concurrency = 16
+    evaluation_concurrency: Concurrency = 4
     not_ready_max_seconds: Seconds = 86400
     preview_timeout_seconds: TimeoutSeconds = 20
 

@@ -273,7 +273,8 @@ class PluginClients:
 
 
 # The clients an API process's routes share (push relays, subscription previews), kept for the
-# process's life: a preview or a push then costs no TCP connect and no discovery call.
+# process's life: a push then costs no TCP connect and no discovery call, and a preview (which
+# reads discovery before its calls) no TCP connect.
 ROUTE_CLIENTS = PluginClients()
 
 

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contentsvc.plugins.client import PluginTarget, backoff_delay, plugin_error
+from contentsvc.plugins.client import PluginClients, PluginTarget, backoff_delay, plugin_error
 
 units = st.floats(min_value=0.0, max_value=1.0)
 
@@ -56,3 +58,17 @@ def test_a_target_never_shows_its_token():
     target = PluginTarget("pdf", "0.1.0", "0" * 64, "http://127.0.0.1:8095/", token="sekret")
     assert "sekret" not in repr(target)
     assert target.url("contributions/normalizer") == "http://127.0.0.1:8095/v0/contributions/normalizer"
+
+
+def test_one_kept_client_per_pinned_target():
+    # A registration's endpoint, token and build never change, so a holder shares one client (its
+    # pooled connections and verified discovery) per target; a different token is another target.
+    clients = PluginClients()
+    target = PluginTarget("query", "0.1.0", "0" * 64, "http://127.0.0.1:8097", token="a")
+    first = clients.client(target)
+    assert clients.client(PluginTarget("query", "0.1.0", "0" * 64, "http://127.0.0.1:8097", token="a")) is first
+    other = clients.client(PluginTarget("query", "0.1.0", "0" * 64, "http://127.0.0.1:8097", token="b"))
+    assert other is not first and other.target.token == "b"
+    asyncio.run(clients.aclose())
+    assert first.http.is_closed and other.http.is_closed
+    assert clients.client(target) is not first  # closed clients are not handed out again

@@ -22,6 +22,7 @@ from contentsvc.plugins.manifest import (
     parse_manifest,
     pointer,
     roles,
+    stored_manifest,
     validate_against,
 )
 
@@ -75,6 +76,18 @@ def test_a_connector_manifest_with_every_feature_parses():
     kind = parse_manifest(encode(CONNECTOR)).manifest.contributions.connector.kinds[0]
     assert kind.limits.max_checkpoint_bytes == 65536 and kind.limits.max_pages_per_run == 100
     assert kind.push.routes[0].window_seconds == 300
+
+
+def test_a_stored_manifest_reads_as_parsed_and_a_refused_one_is_refused_every_time():
+    # The registry's copy is parsed once per process (registrations are immutable); a text that
+    # does not parse is not remembered, so it is refused on every read as before.
+    text = encode(NORMALIZER).decode()
+    assert stored_manifest(text) == parse_manifest(text.encode())
+    assert stored_manifest(text) is stored_manifest(text)
+    broken = encode({**NORMALIZER, "unknown_member": 1}).decode()
+    for _ in range(2):
+        with pytest.raises(ManifestError):
+            stored_manifest(broken)
 
 
 def test_the_first_party_manifests_are_valid():

@@ -119,7 +119,7 @@ async def through_plugin(target: PluginTarget, request: dict, calls: int, warm_u
                          ) -> tuple[list[float], list[float]]:
     """The normalizer's round trips, and GET /v0/health's on the same connection: the floor of any call
     (HTTP on loopback, no body, no handler), which says how much of the overhead is the HTTP stack."""
-    async with PluginClient(target) as client:  # one client, as the materializer keeps one per registration
+    async with PluginClient(target) as client:  # one client, as the materializer keeps one per pinned target
         for _ in range(warm_up):
             await client.invoke("normalizer", {**request, "invocation_id": new_id("inv")}, TIMEOUT_S)
         times, deadline = [], time.monotonic() + LOOP_CAP_S

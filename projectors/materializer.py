@@ -82,7 +82,7 @@ from contentsvc.journal.store import read_at
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
 from contentsvc.plugins import registry
-from contentsvc.plugins.client import PluginClient, random_backoff_delay
+from contentsvc.plugins.client import PluginClient, PluginClients, random_backoff_delay
 from contentsvc.plugins.plans import ActivePlan, PlanSnapshot, Provider, load_plan
 from contentsvc.domain.normalize import (
     TextPathError,
@@ -190,7 +190,7 @@ class MaterializerProjector(TableFold):
         self.settings = settings or Settings(home=blob_root.parent)
         self._blob_store: BlobStore | None = None
         self.plan = ActivePlan(self.settings)
-        self._clients: dict[str, PluginClient] = {}  # registration_id -> its client (discovery state shared)
+        self._clients = PluginClients()
         self._plans: dict[str, PlanSnapshot | None] = {}  # plan_id -> the plan pinned work calls through
         self._calls: dict[str, Call] = {}  # receipt_id -> its attempt in flight
 
@@ -423,10 +423,7 @@ class MaterializerProjector(TableFold):
         return out
 
     def _client(self, provider: Provider) -> PluginClient:
-        client = self._clients.get(provider.registration_id)
-        if client is None:
-            client = self._clients[provider.registration_id] = PluginClient(provider.target)
-        return client
+        return self._clients.client(provider.target)
 
     def _unverified(self, e: JournalEvent, blob_id: str) -> str | None:
         verified = (e.payload.blobs or {}).get(blob_id)

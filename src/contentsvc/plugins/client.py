@@ -126,17 +126,15 @@ def random_backoff_delay(attempt: int) -> float:
 
 class PluginClient:
     """Calls one plugin. Keeps whether its discovery has been verified since the last connection
-    failure; share one instance per registration so that state is shared too."""
+    failure; share one per pinned target (PluginClients) so that state is shared too."""
 
-    def __init__(self, target: PluginTarget, http: httpx.AsyncClient | None = None):
+    def __init__(self, target: PluginTarget):
         self.target = target
-        self._own_http = http is None
-        self.http = http or outbound_client()
+        self.http = outbound_client()
         self.verified = False
 
     async def aclose(self) -> None:
-        if self._own_http:
-            await self.http.aclose()
+        await self.http.aclose()
 
     async def __aenter__(self) -> PluginClient:
         return self

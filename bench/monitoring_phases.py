@@ -3,10 +3,9 @@ evaluations and Deliveries the workers write) and from the bench's receiver (wha
 
 1. evaluation throughput: N SciFact documents ingested at once (batches of 100); decisions are
    (Version, Subscription) evaluations settled (decided or failed), counted every POLL_S as those
-   the monitor armed (each Version it folded as made current, times the Subscriptions, which all
-   pin the bench's Corpora) less those still pending in `monitor_evaluations`; the rate over the
-   whole span (first to last settled) and over its middle (10 % to 90 % of the decisions, the
-   steady state without the start and the tail).
+   the monitor armed (each Version it folded as made current, times the Subscriptions, which all pin
+   the bench's Corpora) less those still pending in `monitor_evaluations`; the rate over the whole span (first to last settled) and over its middle
+   (10 % to 90 % of the decisions, the steady state without the start and the tail).
 2. latency: documents ingested one by one at a steady rate; for every `match.created` webhook,
    arrival at the receiver minus the 202 of its Record's ingest at the client.
 3. delivery throughput: the Records of phase 1 withdrawn at once, which gives each of their

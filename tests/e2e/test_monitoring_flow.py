@@ -297,15 +297,6 @@ def test_not_ready_stays_pending_and_a_disabled_subscription_skips(api):
     until(lambda: matches(api, subscription_id=disabled["subscription_id"], record_id=later["record_id"]),
           "the re-enabled Subscription's Match")
     assert matches(api, subscription_id=disabled["subscription_id"], record_id=record["record_id"]) == []
-    # decisions-part2 "Evaluation trigger and eligibility": a withdrawal drops the Record's pending
-    # evaluations (the not_ready ones of both Records here)
-    pending = lambda: api.get(f"/v0/subscriptions/{waiting['subscription_id']}").json()["evaluation"]["pending"]  # noqa: E731
-    until(lambda: pending() == 2, "both Records' not_ready evaluations pending")
-    for key in ("one", "two"):
-        r = api.post("/v0/records/withdrawals", json={"idempotency_key": uuid.uuid4().hex, "source": {
-            "corpus_id": corpus, "namespace": "test", "record_key": key}})
-        assert r.status_code == 202, r.text
-    until(lambda: pending() == 0, "the withdrawals to drop the pending evaluations")
 
 
 def test_a_retryable_error_keeps_the_evaluation_pending_until_the_subscription_goes(api, deployment):

@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import shutil
+import time
 import uuid
 
 import httpx
@@ -296,6 +297,15 @@ def test_not_ready_stays_pending_and_a_disabled_subscription_skips(api):
     until(lambda: matches(api, subscription_id=disabled["subscription_id"], record_id=later["record_id"]),
           "the re-enabled Subscription's Match")
     assert matches(api, subscription_id=disabled["subscription_id"], record_id=record["record_id"]) == []
+    # decisions-part2 "Evaluation trigger and eligibility": a withdrawal drops the Record's pending
+    # evaluations (the not_ready ones of both Records here)
+    pending = lambda: api.get(f"/v0/subscriptions/{waiting['subscription_id']}").json()["evaluation"]["pending"]  # noqa: E731
+    until(lambda: pending() == 2, "both Records' not_ready evaluations pending")
+    for key in ("one", "two"):
+        r = api.post("/v0/records/withdrawals", json={"idempotency_key": uuid.uuid4().hex, "source": {
+            "corpus_id": corpus, "namespace": "test", "record_key": key}})
+        assert r.status_code == 202, r.text
+    until(lambda: pending() == 0, "the withdrawals to drop the pending evaluations")
 
 
 def test_a_retryable_error_keeps_the_evaluation_pending_until_the_subscription_goes(api, deployment):
@@ -347,16 +357,20 @@ def test_folding_the_journal_again_duplicates_nothing(api, story, deployment):
             return conn.execute("SELECT (SELECT count(*) FROM matches), (SELECT count(*) FROM deliveries),"
                                 " (SELECT count(*) FROM journal WHERE kind LIKE 'match.%%'),"
                                 " (SELECT count(*) FROM monitor_evaluations),"
+                                " (SELECT array_agg(last_evaluated_at ORDER BY subscription_id)"
+                                "  FROM monitor_subscription_status),"
                                 " (SELECT array_agg(s.name || ':' || m.record_id ORDER BY m.match_id) FROM matches m"
                                 "  JOIN subscriptions s USING (subscription_id))").fetchone()
     with psycopg.connect(deployment.url, autocommit=True) as conn:
         head = conn.execute("SELECT max(position) FROM journal").fetchone()[0]
     until(lambda: _monitor_position(deployment.url) >= head, "the monitor to catch up")
     before = census()
+    time.sleep(1.1)  # a decision rewrites its Subscription's last_evaluated_at when older than a second
     with psycopg.connect(deployment.url, autocommit=True) as conn:
         conn.execute("UPDATE projector_checkpoints SET position = 0 WHERE name = 'monitor'")
     until(lambda: _monitor_position(deployment.url) >= head, "the monitor to fold the journal again")
-    # A pair evaluated twice would show at once: its evaluation row commits with the checkpoint.
+    # A pair evaluated twice would show at once: its evaluation row commits with the checkpoint,
+    # and once decided it moves its Subscription's last_evaluated_at.
     assert census() == before
 
 

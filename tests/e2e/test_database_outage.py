@@ -34,6 +34,7 @@ from contentsvc.config.environment import child_environment
 from contentsvc.processes.local_service import free_port
 from contentsvc.processes.registry import PROCESSES, PROJECTOR
 from tests.conftest import (
+    TLS,
     ServerProcess,
     assert_error,
     client_for,
@@ -287,7 +288,7 @@ def test_the_api_started_during_an_outage_waits_it_out(outage, tmp_path):
             def healthy() -> bool:
                 assert serve.poll() is None, log_path.read_text()
                 try:
-                    return httpx.get(f"http://127.0.0.1:{port}/v0/health", timeout=2).status_code == 200
+                    return httpx.get(f"http://127.0.0.1:{port}/v0/health", timeout=2, verify=TLS).status_code == 200
                 except httpx.HTTPError:
                     return False
             wait_for(healthy, 30, "the API never came up")

@@ -20,7 +20,7 @@ import psycopg
 
 from contentsvc.processes.local_service import free_port
 
-from tests.conftest import ServerProcess, client_for, create_corpus, key_for, wait_resolved
+from tests.conftest import TLS, ServerProcess, client_for, create_corpus, key_for, wait_resolved
 from tests.e2e.test_plugin_admin import PDF
 from tests.e2e.test_uploads import blob_command, verified_blob, version_of
 
@@ -65,7 +65,7 @@ def test_a_launched_pdf_normalizer_turns_a_pdf_blob_into_searchable_pages(databa
         status = None
         while time.time() < deadline and status != 401:
             try:
-                status = httpx.get(f"http://127.0.0.1:{port}/v0/health", timeout=2).status_code
+                status = httpx.get(f"http://127.0.0.1:{port}/v0/health", timeout=2, verify=TLS).status_code
             except httpx.HTTPError:
                 time.sleep(0.2)
         assert status == 401  # a first-party plugin started with CONTENTSVC_PLUGIN_TOKEN wants it
@@ -121,7 +121,7 @@ def _serve_pdf(port: int, log_path) -> subprocess.Popen:
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
-            httpx.get(f"http://127.0.0.1:{port}/v0/discovery", timeout=1)
+            httpx.get(f"http://127.0.0.1:{port}/v0/discovery", timeout=1, verify=TLS)
             return process
         except httpx.HTTPError:
             time.sleep(0.1)

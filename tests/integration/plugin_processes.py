@@ -42,14 +42,15 @@ class PluginProcess:
 
     def _wait_listening(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"plugin {self.name} exited: {self.log()}")
-            try:
-                httpx.get(f"{self.base_url}/v0/discovery", timeout=1)
-                return  # any answer (401 included) means it listens
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        with httpx.Client(timeout=1) as client:  # one TLS context for every look, not one per look
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"plugin {self.name} exited: {self.log()}")
+                try:
+                    client.get(f"{self.base_url}/v0/discovery")
+                    return  # any answer (401 included) means it listens
+                except httpx.HTTPError:
+                    time.sleep(0.1)
         raise RuntimeError(f"plugin {self.name} did not listen within {timeout} s: {self.log()}")
 
     def log(self) -> str:

@@ -138,14 +138,17 @@ def run_all(database_url: str, host: str, port: int, config_file: Path | None = 
     exit_code = 0
 
     base_url = f"http://{host}:{port}"
-    ready = False
+    # One client for the looks until the API answers: a new one per look built a TLS context each
+    # time, 36 ms of CPU every 0.2 s, taken from the children starting beside it.
+    health: httpx.Client | None = httpx.Client(timeout=1.0)
     while stopping["signal"] is None:
         if postgres is not None:
             postgres.check(time.monotonic())
-        if not ready:
+        if health is not None:
             try:
-                if httpx.get(f"{base_url}/v0/health", timeout=1.0).status_code == 200:
-                    ready = True
+                if health.get(f"{base_url}/v0/health").status_code == 200:
+                    health.close()
+                    health = None
                     log.info("contentsvc_ready", base_url=f"{base_url}/v0", processes=sorted(specs), pid=os.getpid())
             except httpx.HTTPError:
                 pass
@@ -172,6 +175,8 @@ def run_all(database_url: str, host: str, port: int, config_file: Path | None = 
             log.warning("child_exited", child=name, code=code, restart_in_s=delay)
             restart_at[name] = now + delay
         time.sleep(0.2)
+    if health is not None:  # stopped before the API answered
+        health.close()
 
     # A second signal while stopping must not cut the stop short.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

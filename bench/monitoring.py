@@ -124,7 +124,7 @@ def summary_text(report: dict[str, Any]) -> str:
              f"{ev['expected_decisions']:,} decisions settled in {ev['first_to_last_settled_s']} s",
              f"  {fmt(ev['decisions_per_s'])} decisions/s ({fmt(ev['decisions_per_s_10_to_90pct'])} between 10 and 90 %),"
              f" {fmt(ev['evaluator_evaluations_per_s'])} evaluator evaluations/s; {ev['matches']} Matches "
-             f"({ev['match_share_pct']} %), failed {ev['failed']}",
+             f"({ev['match_share_pct']} %), {ev['subscriptions_with_evaluation_error']} Subscriptions with an evaluation error",
              f"202 -> webhook at {lat['rate_per_s']}/s for {lat['seconds']:.0f} s: {lat['ingested']} Records, "
              f"{lat['matching_records']} matching, {lat['webhooks_received']} webhooks of {lat['matches']} Matches",
              f"  {'':<28}{'p50 ms':>10}{'p95 ms':>10}{'p99 ms':>10}{'max ms':>10}"]

@@ -2,9 +2,11 @@
 evaluations and Deliveries the workers write) and from the bench's receiver (what arrived, when).
 
 1. evaluation throughput: N SciFact documents ingested at once (batches of 100); decisions are
-   (Version, Subscription) evaluations settled (`monitor_evaluations` decided or failed), counted
-   every POLL_S; the rate over the whole span (first to last settled) and over its middle
-   (10 % to 90 % of the decisions, the steady state without the start and the tail).
+   (Version, Subscription) evaluations settled (decided or failed), counted every POLL_S as those
+   the monitor armed (each Version it folded as made current, times the Subscriptions, which all
+   pin the bench's Corpora) less those still pending in `monitor_evaluations`; the rate over the
+   whole span (first to last settled) and over its middle (10 % to 90 % of the decisions, the
+   steady state without the start and the tail).
 2. latency: documents ingested one by one at a steady rate; for every `match.created` webhook,
    arrival at the receiver minus the 202 of its Record's ingest at the client.
 3. delivery throughput: the Records of phase 1 withdrawn at once, which gives each of their
@@ -51,12 +53,17 @@ async def ingest_batches(client: httpx.AsyncClient, corpus_id: str, docs: list[d
     await asyncio.gather(*(send(docs[i:i + BATCH]) for i in range(0, len(docs), BATCH)))
 
 
-async def evaluation_counts(conn: psycopg.AsyncConnection, corpus_id: str) -> dict[str, int]:
-    row = await (await conn.execute(
-        "SELECT count(*), count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'decided'),"
-        " count(*) FILTER (WHERE state = 'failed'), count(*) FILTER (WHERE state = 'dropped')"
-        " FROM monitor_evaluations WHERE corpus_id = %s", (corpus_id,))).fetchone()
-    return dict(zip(("triggered", "pending", "decided", "failed", "dropped"), row))
+async def evaluation_counts(conn: psycopg.AsyncConnection, corpus_id: str, subscriptions: int) -> dict[str, int]:
+    """Evaluations armed (the Corpus's Versions made current up to the monitor's trigger mark, each
+    armed once per Subscription), still pending, and so settled: a settled one leaves the table."""
+    made_current, pending = await (await conn.execute(
+        "SELECT (SELECT count(*) FROM journal j WHERE j.org_id = c.org_id AND j.corpus_id = c.corpus_id AND j.public"
+        "        AND j.kind = 'record.availability_changed' AND j.position <= (SELECT position FROM monitor_trigger_mark)"
+        "        AND j.payload @> '{\"is_current\": true, \"searchable\": true}'),"
+        "       (SELECT count(*) FROM monitor_evaluations e WHERE e.corpus_id = c.corpus_id)"
+        " FROM corpora c WHERE c.corpus_id = %s", (corpus_id,))).fetchone()
+    triggered = made_current * subscriptions
+    return {"triggered": triggered, "pending": pending, "settled": triggered - pending}
 
 
 async def pending_deliveries(conn: psycopg.AsyncConnection, corpus_id: str) -> int:
@@ -64,13 +71,14 @@ async def pending_deliveries(conn: psycopg.AsyncConnection, corpus_id: str) -> i
                                       (corpus_id,))).fetchone())[0]
 
 
-async def settle(conn: psycopg.AsyncConnection, corpus_id: str, expected: int, cap_s: float) -> list[tuple]:
+async def settle(conn: psycopg.AsyncConnection, corpus_id: str, subscriptions: int, expected: int,
+                 cap_s: float) -> list[tuple]:
     """(seconds, settled, pending) every POLL_S until `expected` evaluations are settled or cap_s passes."""
     t0 = time.perf_counter()
     samples = []
     while True:
-        c = await evaluation_counts(conn, corpus_id)
-        settled = c["decided"] + c["failed"]
+        c = await evaluation_counts(conn, corpus_id, subscriptions)
+        settled = c["settled"]
         samples.append((time.perf_counter() - t0, settled, c["pending"]))
         if settled >= expected or time.perf_counter() - t0 > cap_s:
             return samples
@@ -93,9 +101,10 @@ async def drain_deliveries(conn: psycopg.AsyncConnection, corpus_id: str, cap_s:
     return left
 
 
-async def wait_triggered(conn: psycopg.AsyncConnection, corpus_id: str, expected: int, cap_s: float) -> None:
+async def wait_triggered(conn: psycopg.AsyncConnection, corpus_id: str, subscriptions: int, expected: int,
+                         cap_s: float) -> None:
     deadline = time.perf_counter() + cap_s
-    while (await evaluation_counts(conn, corpus_id))["triggered"] < expected:
+    while (await evaluation_counts(conn, corpus_id, subscriptions))["triggered"] < expected:
         if time.perf_counter() > deadline:
             raise BenchError(f"{corpus_id}: fewer than {expected} evaluations triggered after {cap_s:.0f} s")
         await asyncio.sleep(POLL_S)
@@ -104,7 +113,7 @@ async def wait_triggered(conn: psycopg.AsyncConnection, corpus_id: str, expected
 async def warm_up(client, conn, corpus_id: str, docs: list[dict[str, str]], subscriptions: int) -> None:
     """A few Versions evaluated and delivered first: the plan read, the evaluator's connection open."""
     await ingest_batches(client, corpus_id, docs)
-    samples = await settle(conn, corpus_id, len(docs) * subscriptions, 120.0)
+    samples = await settle(conn, corpus_id, subscriptions, len(docs) * subscriptions, 120.0)
     if samples[-1][1] < len(docs) * subscriptions:
         raise BenchError(f"warm-up: {samples[-1][1]} of {len(docs) * subscriptions} evaluations settled in 120 s")
     await drain_deliveries(conn, corpus_id, 60.0)
@@ -126,9 +135,9 @@ async def evaluation_throughput(client, conn, receiver: Receiver, corpus_id: str
     t0 = time.perf_counter()
     await ingest_batches(client, corpus_id, docs)
     accepted_s = time.perf_counter() - t0
-    samples = await settle(conn, corpus_id, expected, cap_s)
-    counts = await evaluation_counts(conn, corpus_id)
-    settled = counts["decided"] + counts["failed"]
+    samples = await settle(conn, corpus_id, subscriptions, expected, cap_s)
+    counts = await evaluation_counts(conn, corpus_id, subscriptions)
+    settled = counts["settled"]
     first = next((s for s in samples if s[1] > 0), None)
     last = next((s for s in samples if s[1] >= settled), samples[-1])
     span = None if first is None else last[0] - first[0] + POLL_S  # the first sample saw up to POLL_S of work
@@ -136,6 +145,8 @@ async def evaluation_throughput(client, conn, receiver: Receiver, corpus_id: str
     middle = rate_between(samples, 0.1 * expected, 0.9 * expected)
     matches = (await (await conn.execute("SELECT count(*) FROM matches WHERE corpus_id = %s",
                                          (corpus_id,))).fetchone())[0]
+    failing = (await (await conn.execute("SELECT count(*) FROM monitor_subscription_status"
+                                         " WHERE last_error IS NOT NULL")).fetchone())[0]
     left = await drain_deliveries(conn, corpus_id, 60.0)
     created = arrivals_of(receiver, corpus_id, "match.created", mark)
     delivered = None
@@ -144,7 +155,8 @@ async def evaluation_throughput(client, conn, receiver: Receiver, corpus_id: str
     r = lambda v: None if v is None else round(v, 1)  # noqa: E731
     return {
         "versions": len(docs), "subscriptions": subscriptions, "expected_decisions": expected,
-        "settled_decisions": settled, "failed": counts["failed"], "still_pending_at_cap": counts["pending"],
+        "settled_decisions": settled, "still_pending_at_cap": counts["pending"],
+        "subscriptions_with_evaluation_error": failing,
         "ingests_accepted_s": round(accepted_s, 2),
         "first_to_last_settled_s": r(span),
         "decisions_per_s": r(whole),
@@ -180,8 +192,8 @@ async def latency(client, conn, receiver: Receiver, corpus_id: str, docs: list[d
         tasks.append(asyncio.create_task(send(docs[n])))
     await asyncio.gather(*tasks)
     sent_s = time.perf_counter() - start
-    await wait_triggered(conn, corpus_id, len(accepted) * subscriptions, drain_cap_s)
-    samples = await settle(conn, corpus_id, len(accepted) * subscriptions, drain_cap_s)
+    await wait_triggered(conn, corpus_id, subscriptions, len(accepted) * subscriptions, drain_cap_s)
+    samples = await settle(conn, corpus_id, subscriptions, len(accepted) * subscriptions, drain_cap_s)
     left = await drain_deliveries(conn, corpus_id, drain_cap_s)
     keys = dict(await (await conn.execute("SELECT record_id, record_key FROM records WHERE corpus_id = %s",
                                           (corpus_id,))).fetchall())

@@ -46,7 +46,12 @@ from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
 from contentsvc.projectors.base import PeriodicWorker
-from contentsvc.projectors.statistics import STATISTICS_INTERVAL_SECONDS, YOUNG_INTERVAL_SECONDS, analyze_grown_tables
+from contentsvc.projectors.statistics import (
+    STATISTICS_INTERVAL_SECONDS,
+    YOUNG_INTERVAL_SECONDS,
+    analyze_grown_tables,
+    vacuum_queue_tables,
+)
 from contentsvc.readmodel.fold import fold
 from contentsvc.readmodel.uploads import hold_storage_key
 from contentsvc.search import generations
@@ -262,6 +267,8 @@ class GarbageCollector(PeriodicWorker):
         now = time.monotonic()
         if now >= self._young_due:
             every_table = now >= self._statistics_due
+            if vacuumed := await vacuum_queue_tables(conn):
+                log.info("queue_tables_vacuumed", tables=vacuumed)
             if analyzed := await analyze_grown_tables(conn, young_only=not every_table):
                 log.info("planner_statistics_refreshed", tables=analyzed)
             if every_table:

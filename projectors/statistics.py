@@ -66,3 +66,38 @@ async def analyze_grown_tables(conn: AsyncConnection, young_only: bool = False) 
             continue
         analyzed.append(table)
     return analyzed
+
+
+# Tables used as queues: a row is inserted, then deleted once its work ends, so nearly all of
+# the table is dead rows until a VACUUM. Where autovacuum is off or behind, the heap and its
+# indexes then only grow, every scan walks the dead entries, and the statistics swing between a
+# burst's rows and none (docs/decisions.md, "Evaluation and Matches").
+QUEUE_TABLES = ("monitor_evaluations",)
+
+_CHURNED = """
+SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+JOIN pg_database d ON d.datname = current_database()
+WHERE s.schemaname = current_schema() AND s.relname = ANY(%(tables)s)
+  AND (pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.datdba, 'USAGE'))
+  AND s.n_dead_tup > current_setting('autovacuum_vacuum_threshold')::float8
+      + current_setting('autovacuum_vacuum_scale_factor')::float8 * greatest(c.reltuples, 0)
+ORDER BY s.relname
+"""
+
+
+async def vacuum_queue_tables(conn: AsyncConnection) -> list[str]:
+    """VACUUM (and ANALYZE) each queue table holding more dead rows than autovacuum's rule
+    allows; the tables vacuumed. A table another VACUUM or ANALYZE holds is left to the next
+    pass (SKIP_LOCKED). `conn` is outside any transaction, and left so."""
+    async with conn.transaction():
+        churned = await (await conn.execute(_CHURNED, {"tables": list(QUEUE_TABLES)})).fetchall()
+    if not churned:
+        return []
+    await conn.set_autocommit(True)  # VACUUM runs outside a transaction block
+    try:
+        for (table,) in churned:
+            await conn.execute(sql.SQL("VACUUM (SKIP_LOCKED, ANALYZE) {}").format(sql.Identifier(table)))
+    finally:
+        await conn.set_autocommit(False)
+    return [table for (table,) in churned]
+

@@ -351,6 +351,15 @@ def test_folding_the_journal_again_duplicates_nothing(api, story, deployment):
     # (Subscription Version, Record Version), one Delivery per (Match, event type)
     until(lambda: matches(api, subscription_id=story["sentinel"]["subscription_id"],
                           record_id=story["other"]["record_id"]), "the story's Matches")
+    story_subscriptions = [story["cranes"]["subscription_id"], story["sentinel"]["subscription_id"]]
+    for subscription_id in story_subscriptions:
+        until(lambda: api.get(f"/v0/subscriptions/{subscription_id}").json()["evaluation"]["pending"] == 0,
+              "the story's evaluations settled")
+    # docs/decisions.md "Evaluation and Matches": an evaluation that ends leaves monitor_evaluations,
+    # so what keeps the fold below from arming the story's pairs again is the trigger mark
+    with psycopg.connect(deployment.url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM monitor_evaluations WHERE subscription_id = ANY(%s)",
+                            (story_subscriptions,)).fetchone()[0] == 0
 
     def census():
         with psycopg.connect(deployment.url, autocommit=True) as conn:

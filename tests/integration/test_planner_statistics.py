@@ -9,7 +9,7 @@ import uuid
 import psycopg
 from psycopg import conninfo, sql
 
-from contentsvc.projectors.statistics import YOUNG_TABLE_ROWS, analyze_grown_tables
+from contentsvc.projectors.statistics import YOUNG_TABLE_ROWS, analyze_grown_tables, vacuum_queue_tables
 
 GROWN = 5000  # rows: past autovacuum's default rule for an empty table (50 + 10% of 0)
 FEW = 20  # below it
@@ -127,3 +127,37 @@ def test_a_plan_cached_on_an_empty_table_is_made_again_after_the_young_pass(data
         assert "Seq Scan on receipts" in plan()  # grown, and still planned for the empty table
         assert asyncio.run(_analyze(url, young_only=True)) == ["receipts"]
         assert "Index" in plan() and "Seq Scan" not in plan()
+
+
+_EVALUATIONS = ("INSERT INTO monitor_evaluations (subscription_version_id, version_id, subscription_id, org_id,"
+                " corpus_id, record_id, trigger_position, next_attempt_at)"
+                " SELECT 'subv_1', 'ver_' || g, 'sub_1', 'org', 'c', 'rec_' || g, g, now() FROM generate_series(1, %s) g")
+
+
+async def _vacuum(url: str) -> list[str]:
+    async with await psycopg.AsyncConnection.connect(url) as conn:  # not in autocommit mode, as the runner's
+        vacuumed = await vacuum_queue_tables(conn)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE and not conn.autocommit
+        return vacuumed
+
+
+def test_a_queue_table_of_dead_rows_is_vacuumed_and_one_without_is_left(databases):
+    # docs/decisions.md "Evaluation and Matches": monitor_evaluations is a queue (a row is deleted
+    # once its evaluation ends); where autovacuum does not run, the gc worker vacuums it
+    url = databases.create()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE monitor_evaluations SET (autovacuum_enabled = false)")
+        _flushed(conn, _EVALUATIONS, FEW)
+        _flushed(conn, "DELETE FROM monitor_evaluations")
+    assert asyncio.run(_vacuum(url)) == []  # 20 dead rows: within autovacuum's rule (50 + 20% of 0)
+    with psycopg.connect(url, autocommit=True) as conn:
+        _flushed(conn, _EVALUATIONS.replace("'ver_' || g", "'ver_' || (g + 100)"), GROWN)
+        _flushed(conn, "DELETE FROM monitor_evaluations")
+        dead_before = conn.execute("SELECT n_dead_tup FROM pg_stat_user_tables"
+                                   " WHERE relname = 'monitor_evaluations'").fetchone()[0]
+    assert dead_before >= GROWN
+    assert asyncio.run(_vacuum(url)) == ["monitor_evaluations"]
+    with psycopg.connect(url, autocommit=True) as conn:
+        vacuumed_at, dead = conn.execute("SELECT last_vacuum, n_dead_tup FROM pg_stat_user_tables"
+                                         " WHERE relname = 'monitor_evaluations'").fetchone()
+    assert vacuumed_at is not None and dead == 0

@@ -13,12 +13,15 @@ so folding the journal again from an earlier checkpoint decides as the first tim
   position; a disable or delete drops its evaluations triggered before it (disable blocks new
   evaluation commits).
 - the `record.availability_changed` that makes a Version current and searchable triggers one
-  evaluation per live Subscription whose Version pins its Corpus (insert-if-absent: a Version
-  made current again is not evaluated again), and re-arms a `not_ready` one;
+  evaluation per live Subscription whose Version pins its Corpus (only above the trigger mark: a
+  trigger folded before arms nothing again), and re-arms a `not_ready` one;
 - `record.enriched` marks the Version enriched (the request's `enriched`) and re-arms a `not_ready` one;
 - a Version no longer current (the currentness-only `is_current: false`) withdraws its active
   Matches (`version_replaced`) and drops its pending evaluations; `record.withdrawn` does the
   same for every Version of the Record (`record_withdrawn`).
+
+`monitor_evaluations` holds pending evaluations only: deciding, failing or dropping one deletes
+its row (schema/031).
 """
 
 from __future__ import annotations
@@ -157,8 +160,7 @@ async def fold_subscription(conn: AsyncConnection, e: JournalEvent) -> None:
         " deleted) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
         (p.subscription_id, e.position, e.org_id, p.current_version_id, corpus_ids, p.enabled, p.deleted))
     if not p.enabled or p.deleted:
-        await conn.execute("UPDATE monitor_evaluations SET state = 'dropped', next_attempt_at = NULL"
-                           " WHERE subscription_id = %s AND state = 'pending' AND trigger_position < %s",
+        await conn.execute("DELETE FROM monitor_evaluations WHERE subscription_id = %s AND trigger_position < %s",
                            (p.subscription_id, e.position))
 
 
@@ -172,24 +174,31 @@ def ends_currentness(p: ev.RecordAvailabilityChanged) -> bool:
 
 
 async def fold_made_current(conn: AsyncConnection, events: list[JournalEvent], not_ready_max_seconds: int) -> None:
-    """For each event, one pending evaluation per live Subscription whose judging Version (the
-    latest before the event) pins the event's Corpus; a `not_ready` one of its Version is due again
-    (or dropped past `not_ready_max_seconds`). One statement for the whole run of events."""
+    """For each event above the trigger mark, one pending evaluation per live Subscription whose
+    judging Version (the latest before the event) pins the event's Corpus; a `not_ready` one of its
+    Version is due again (or dropped past `not_ready_max_seconds`). One statement for the whole run.
+
+    An evaluation leaves `monitor_evaluations` when it ends, so the table cannot tell a trigger
+    folded before from a new one: `monitor_trigger_mark` does (schema/031). A fold of the journal
+    again (its checkpoint reset) arms nothing at or below it; what it would arm there is what the
+    first fold armed, Subscriptions being read as they were at each event's position."""
     if not events:
         return
     await conn.execute(
         "INSERT INTO monitor_evaluations (subscription_version_id, version_id, subscription_id, org_id, corpus_id,"
-        "                                 record_id, trigger_position, state, next_attempt_at)"
-        " SELECT s.version_id, e.version_id, s.subscription_id, s.org_id, e.corpus_id, e.record_id, e.position,"
-        "        'pending', now()"
+        "                                 record_id, trigger_position, next_attempt_at)"
+        " SELECT s.version_id, e.version_id, s.subscription_id, s.org_id, e.corpus_id, e.record_id, e.position, now()"
         " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[])"
         "      AS e(version_id, org_id, corpus_id, record_id, position)"
         " CROSS JOIN LATERAL (SELECT DISTINCT ON (h.subscription_id) h.* FROM monitor_subscription_history h"
         "       WHERE h.org_id = e.org_id AND h.position < e.position ORDER BY h.subscription_id, h.position DESC) s"
         " WHERE s.enabled AND NOT s.deleted AND e.corpus_id = ANY(s.corpus_ids)"
+        "   AND e.position > (SELECT position FROM monitor_trigger_mark)"
         " ON CONFLICT DO NOTHING",
         ([e.payload.version_id for e in events], [e.org_id for e in events], [e.corpus_id for e in events],
          [e.payload.record_id for e in events], [e.position for e in events]))
+    await conn.execute("UPDATE monitor_trigger_mark SET position = %s WHERE position < %s",
+                       (events[-1].position, events[-1].position))
     await rearm_not_ready(conn, [e.payload.version_id for e in events], not_ready_max_seconds)
 
 
@@ -210,25 +219,38 @@ async def rearm_not_ready(conn: AsyncConnection, version_ids: list[str], not_rea
     """decisions-part2: not_ready is evaluated again at the next record.enriched or
     record.availability_changed of the Version; dropped after not_ready_max_seconds."""
     await conn.execute(
-        "UPDATE monitor_evaluations SET"
-        " state = CASE WHEN first_not_ready_at + make_interval(secs => %s) < now() THEN 'dropped' ELSE state END,"
-        " next_attempt_at = CASE WHEN first_not_ready_at + make_interval(secs => %s) < now() THEN NULL"
-        "                   ELSE now() END"
-        " WHERE version_id = ANY(%s) AND state = 'pending' AND next_attempt_at IS NULL",
-        (not_ready_max_seconds, not_ready_max_seconds, version_ids))
+        "UPDATE monitor_evaluations SET next_attempt_at = now()"
+        " WHERE version_id = ANY(%s) AND next_attempt_at IS NULL"
+        "   AND coalesce(first_not_ready_at, now()) + make_interval(secs => %s) >= now()",
+        (version_ids, not_ready_max_seconds))
+    await drop_expired_not_ready(conn, not_ready_max_seconds, version_ids)
+
+
+async def drop_expired_not_ready(conn: AsyncConnection, not_ready_max_seconds: int,
+                                 version_ids: list[str] | None = None) -> None:
+    """not_ready evaluations (of `version_ids`, or all) waiting longer than allowed are dropped."""
+    await conn.execute(
+        "DELETE FROM monitor_evaluations WHERE next_attempt_at IS NULL"
+        " AND first_not_ready_at + make_interval(secs => %s) < now()"
+        " AND (%s::text[] IS NULL OR version_id = ANY(%s::text[]))",
+        (not_ready_max_seconds, version_ids, version_ids))
 
 
 async def fold_not_current(conn: AsyncConnection, e: JournalEvent, settings: DeliverySettings) -> list[NewEvent]:
     version_id = e.payload.version_id
-    await conn.execute("UPDATE monitor_evaluations SET state = 'dropped', next_attempt_at = NULL"
-                       " WHERE version_id = %s AND state = 'pending'", (version_id,))
+    await conn.execute("DELETE FROM monitor_evaluations WHERE version_id = %s", (version_id,))
     return await _withdraw(conn, "version_id = %s", version_id, VERSION_REPLACED, settings)
 
 
 async def fold_withdrawn(conn: AsyncConnection, e: JournalEvent, settings: DeliverySettings) -> list[NewEvent]:
     record_id = e.payload.record_id
-    await conn.execute("UPDATE monitor_evaluations SET state = 'dropped', next_attempt_at = NULL"
-                       " WHERE record_id = %s AND state = 'pending'", (record_id,))
+    # By the Record's Versions (their record.accepted events, journal_record_history), each then
+    # by monitor_evaluations_by_version: no index leads with record_id, and the table's heap holds
+    # every evaluation that ended since its last vacuum, which a scan for record_id would read.
+    await conn.execute(
+        "DELETE FROM monitor_evaluations WHERE version_id IN (SELECT j.version_id FROM journal j"
+        " WHERE j.org_id = %s AND j.corpus_id = %s AND j.subject_id = %s AND j.kind = 'record.accepted'"
+        " AND j.position < %s)", (e.org_id, e.corpus_id, record_id, e.position))
     return await _withdraw(conn, "record_id = %s", record_id, RECORD_WITHDRAWN, settings)
 
 
@@ -274,7 +296,7 @@ def _notice(m: dict, event_type: str) -> Notice:
 async def is_pending(conn: AsyncConnection, subscription_version_id: str, version_id: str) -> bool:
     """Whether the evaluation is still pending (not settled or dropped)."""
     cur = await conn.execute("SELECT 1 FROM monitor_evaluations WHERE subscription_version_id = %s"
-                             " AND version_id = %s AND state = 'pending'", (subscription_version_id, version_id))
+                             " AND version_id = %s", (subscription_version_id, version_id))
     return await cur.fetchone() is not None
 
 
@@ -285,7 +307,7 @@ async def pending_pairs(conn: AsyncConnection, keys: list[tuple[str, str]]) -> s
         return set()
     cur = await conn.execute(
         "SELECT subscription_version_id, version_id FROM monitor_evaluations"
-        " WHERE version_id = ANY(%s) AND state = 'pending'", (sorted({k[1] for k in keys}),))
+        " WHERE version_id = ANY(%s)", (sorted({k[1] for k in keys}),))
     return {(r[0], r[1]) for r in await cur.fetchall()} & set(keys)
 
 
@@ -298,11 +320,7 @@ async def settle_no_match_many(conn: AsyncConnection, rows: list[dict]) -> None:
 
 
 async def _decided_many(conn: AsyncConnection, rows: list[dict]) -> None:
-    await conn.execute(
-        "UPDATE monitor_evaluations e SET state = 'decided', next_attempt_at = NULL, attempts = attempts + 1,"
-        " last_error = NULL FROM unnest(%b::text[], %b::text[]) AS k(sv, v)"
-        " WHERE e.subscription_version_id = k.sv AND e.version_id = k.v",
-        ([r["subscription_version_id"] for r in rows], [r["version_id"] for r in rows]))
+    await _ended(conn, rows)
     await conn.execute(
         "INSERT INTO monitor_subscription_status AS s (subscription_id, last_evaluated_at, last_error)"
         " SELECT unnest(%b::text[]), now(), NULL::jsonb"
@@ -323,11 +341,7 @@ async def settle_decided_many(conn: AsyncConnection, no_match: list[dict], match
     dropped = [r for r, _ in match if holds[r["subscription_id"]] is not None]
     matched = [(r, evidence) for r, evidence in match if holds[r["subscription_id"]] is None]
     if dropped:
-        await conn.execute(
-            "UPDATE monitor_evaluations e SET state = 'dropped', next_attempt_at = NULL"
-            " FROM unnest(%b::text[], %b::text[]) AS k(sv, v)"
-            " WHERE e.subscription_version_id = k.sv AND e.version_id = k.v",
-            ([r["subscription_version_id"] for r in dropped], [r["version_id"] for r in dropped]))
+        await _ended(conn, dropped)
     decided = no_match + [r for r, _ in matched]
     if decided:
         await _decided_many(conn, decided)
@@ -355,33 +369,33 @@ async def settle_decided_many(conn: AsyncConnection, no_match: list[dict], match
                              version_id=m["version_id"], created_at=iso(m["created_at"]))) for m in created]
 
 
-async def _settled(conn: AsyncConnection, row: dict, state: str, error: str | None = None) -> None:
+async def _ended(conn: AsyncConnection, rows: list[dict]) -> None:
+    """These evaluations are decided, failed or dropped: they leave the table (schema/031)."""
     await conn.execute(
-        "UPDATE monitor_evaluations SET state = %s, next_attempt_at = NULL, attempts = attempts + 1, last_error = %s"
-        " WHERE subscription_version_id = %s AND version_id = %s",
-        (state, error, row["subscription_version_id"], row["version_id"]))
-    status = {"code": error, "at": iso(await database_now(conn))} if error is not None else None
-    await conn.execute(
-        "INSERT INTO monitor_subscription_status AS s (subscription_id, last_evaluated_at, last_error)"
-        " VALUES (%s, now(), %s) ON CONFLICT (subscription_id) DO UPDATE SET last_evaluated_at = now(),"
-        " last_error = coalesce(EXCLUDED.last_error, s.last_error)",
-        (row["subscription_id"], None if status is None else Jsonb(status)))
+        "DELETE FROM monitor_evaluations e USING unnest(%b::text[], %b::text[]) AS k(sv, v)"
+        " WHERE e.subscription_version_id = k.sv AND e.version_id = k.v",
+        ([r["subscription_version_id"] for r in rows], [r["version_id"] for r in rows]))
 
 
 async def settle_failed(conn: AsyncConnection, row: dict, code: str) -> None:
-    """A terminal error (`evaluator_failed`) or an invalid answer (`evaluator_invalid_output`): no Match."""
-    await _settled(conn, row, "failed", code)
+    """A terminal error (`evaluator_failed`) or an invalid answer (`evaluator_invalid_output`): no Match,
+    and the Subscription's `evaluation.last_error` until a later failure replaces it."""
+    await _ended(conn, [row])
+    await conn.execute(
+        "INSERT INTO monitor_subscription_status AS s (subscription_id, last_evaluated_at, last_error)"
+        " VALUES (%s, now(), %s) ON CONFLICT (subscription_id) DO UPDATE SET last_evaluated_at = now(),"
+        " last_error = EXCLUDED.last_error",
+        (row["subscription_id"], Jsonb({"code": code, "at": iso(await database_now(conn))})))
 
 
 async def settle_not_ready(conn: AsyncConnection, row: dict, not_ready_max_seconds: int) -> None:
     """Kept pending until the Version's next trigger; dropped once waiting longer than allowed."""
     await conn.execute(
         "UPDATE monitor_evaluations SET attempts = attempts + 1, next_attempt_at = NULL,"
-        " first_not_ready_at = coalesce(first_not_ready_at, now()),"
-        " state = CASE WHEN coalesce(first_not_ready_at, now()) + make_interval(secs => %s) < now()"
-        "              THEN 'dropped' ELSE state END"
+        " first_not_ready_at = coalesce(first_not_ready_at, now())"
         " WHERE subscription_version_id = %s AND version_id = %s",
-        (not_ready_max_seconds, row["subscription_version_id"], row["version_id"]))
+        (row["subscription_version_id"], row["version_id"]))
+    await drop_expired_not_ready(conn, not_ready_max_seconds, [row["version_id"]])
 
 
 async def settle_retry(conn: AsyncConnection, row: dict, delay_seconds: float, cause: str) -> None:

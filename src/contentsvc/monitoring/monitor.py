@@ -224,7 +224,7 @@ class MonitorWorker(TableFold):
         await self.plan.refresh_if_due(conn)
         busy = sorted({c.version_id for c in self._calls} | {q.version_id for q in self._queued})
         cur = await conn.execute(
-            "SELECT version_id FROM monitor_evaluations WHERE state = 'pending' AND next_attempt_at <= now()"
+            "SELECT version_id FROM monitor_evaluations WHERE next_attempt_at <= now()"
             " AND version_id <> ALL(%s) GROUP BY version_id ORDER BY min(next_attempt_at), version_id LIMIT %s",
             (busy, VERSIONS_PER_SCAN))
         version_ids = [r[0] for r in await cur.fetchall()]
@@ -232,7 +232,7 @@ class MonitorWorker(TableFold):
         cur = conn.cursor(row_factory=dict_row)
         await cur.execute(
             f"SELECT {_EVALUATION_COLUMNS} FROM monitor_evaluations"
-            " WHERE version_id = ANY(%s) AND state = 'pending' AND next_attempt_at <= now()"
+            " WHERE version_id = ANY(%s) AND next_attempt_at <= now()"
             " ORDER BY version_id, subscription_version_id", (version_ids,))
         rows_due = await cur.fetchall()
         await self._know(conn, {r["subscription_version_id"] for r in rows_due})
@@ -273,7 +273,7 @@ class MonitorWorker(TableFold):
                 self._queued.append(Queued(version_id, provider, body, batch, keys, members))
         if not self._more_due:
             cur = await conn.execute("SELECT extract(epoch FROM min(next_attempt_at) - now()) FROM monitor_evaluations"
-                                     " WHERE state = 'pending' AND next_attempt_at > now()")
+                                     " WHERE next_attempt_at > now()")
             row = await cur.fetchone()
             if row[0] is not None:
                 self._due_at(float(row[0]))
@@ -311,10 +311,7 @@ class MonitorWorker(TableFold):
         if time.monotonic() < self._expiry_checked + NOT_READY_SWEEP_SECONDS:
             return
         self._expiry_checked = time.monotonic()
-        await conn.execute(
-            "UPDATE monitor_evaluations SET state = 'dropped' WHERE state = 'pending' AND next_attempt_at IS NULL"
-            " AND first_not_ready_at + make_interval(secs => %s) < now()",
-            (self.settings.monitoring.not_ready_max_seconds,))
+        await matches.drop_expired_not_ready(conn, self.settings.monitoring.not_ready_max_seconds)
 
     async def _record(self, conn: AsyncConnection, version_id: str, corpus_id: str) -> dict | None:
         cur = await conn.execute("SELECT position, payload FROM journal WHERE version_id = %s"

@@ -170,8 +170,8 @@ async def saved_query_head(conn: AsyncConnection, org_id: str, saved_query_id: s
 
 _SUBSCRIPTION_COLUMNS = """subscription_id, revision, name, owner, saved_query_id, current_version_id, enabled,
     deleted, disabled_reason, scope, created_at, updated_at,
-    (SELECT count(*) FROM monitor_evaluations e WHERE e.subscription_id = subscriptions.subscription_id
-       AND e.state = 'pending')::int AS pending,
+    (SELECT count(*) FROM monitor_evaluations e
+       WHERE e.subscription_id = subscriptions.subscription_id)::int AS pending,
     (SELECT st.last_evaluated_at FROM monitor_subscription_status st
        WHERE st.subscription_id = subscriptions.subscription_id) AS last_evaluated_at,
     (SELECT st.last_error FROM monitor_subscription_status st

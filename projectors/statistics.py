@@ -10,7 +10,9 @@ cached on the API's connections that nothing invalidates until the table is next
 The gc worker calls `analyze_grown_tables` every STATISTICS_INTERVAL_SECONDS with the same
 rule autovacuum applies, read from the server's own settings, and every YOUNG_INTERVAL_SECONDS
 for the young tables alone. Where autovacuum keeps up, it finds nothing to do: autovacuum's
-ANALYZE resets the count of changes it looks at.
+ANALYZE resets the count of changes it looks at. It also calls `vacuum_queue_tables` every
+YOUNG_INTERVAL_SECONDS, by autovacuum's vacuum rule, for the tables whose rows are deleted once
+their work ends.
 """
 
 from __future__ import annotations
@@ -100,4 +102,3 @@ async def vacuum_queue_tables(conn: AsyncConnection) -> list[str]:
     finally:
         await conn.set_autocommit(False)
     return [table for (table,) in churned]
-

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import ssl
 import tempfile
 import threading
 import time
@@ -23,6 +22,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from contentsvc.auth import keys
+from contentsvc.outbound_http import verifying_context
 from contentsvc.processes.children import supervised_children
 from contentsvc.processes.local_service import LocalService, create_database, drop_database
 from contentsvc.storage.migrations import migrate
@@ -145,10 +145,10 @@ def api(server, make_key, org):
         yield client
 
 
-# Every client of the tests shares one TLS context: httpx builds a new one for each client
-# otherwise (36 ms of CPU here, loading the CA bundle), though every server here is plain HTTP on
-# loopback, and the tests make thousands of clients on the cores their servers run on.
-TLS = ssl.create_default_context()
+# Every client of the tests shares the process's one TLS context (the service's own, made once):
+# httpx builds a new one for each client otherwise (36 ms of CPU here, loading the CA bundle),
+# though every server here is plain HTTP on loopback, and the tests make thousands of clients.
+TLS = verifying_context()
 
 
 def client_for(server, secret: str) -> httpx.Client:

@@ -28,7 +28,7 @@ from psycopg.conninfo import conninfo_to_dict
 from contentsvc.processes.listener import EXIT_BUSY
 from contentsvc.processes.local_service import free_port
 from contentsvc.processes.registry import PROCESSES
-from tests.conftest import json_lines
+from tests.conftest import TLS, json_lines
 
 STOP_BOUND_S = 10  # SIGTERM/SIGINT: every child and the embedded server gone within 10 s
 REFUSAL_BOUND_S = 30  # "at once": the imports of a cold interpreter on a busy machine, nothing more
@@ -77,7 +77,7 @@ def _wait_gone(pids: list[int], deadline: float) -> list[int]:
 
 # One client for every health look: a new one builds a TLS context (tens of ms of CPU), and the
 # looks come every 50 ms while a server starts on the same cores.
-_HEALTH = httpx.Client(timeout=2)
+_HEALTH = httpx.Client(timeout=2, verify=TLS)
 
 
 def _healthy(base_url: str) -> bool:

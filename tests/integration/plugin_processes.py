@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from contentsvc.outbound_http import verifying_context
 from contentsvc.processes.local_service import free_port
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -42,7 +43,7 @@ class PluginProcess:
 
     def _wait_listening(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
-        with httpx.Client(timeout=1) as client:  # one TLS context for every look, not one per look
+        with httpx.Client(timeout=1, verify=verifying_context()) as client:  # one client, on the one TLS context
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
                     raise RuntimeError(f"plugin {self.name} exited: {self.log()}")

@@ -13,9 +13,10 @@ source file and the copy all live on the same disk. Then:
   1. writes a --size-mib file of random bytes (fsync'd) and its SHA-256;
   2. the ceiling: a plain file copy on the same disk (shutil.copyfile, then
      fsync of the copy), --runs times;
-     and two references (upload_references.py), --runs times each: the same
-     client's PUT to a server that discards the body, and the blob store's
-     hashing, writing and fsync of the file without HTTP;
+     and three references (upload_references.py), --runs times each: the same
+     client's PUT to a server that discards the body, the blob store's
+     hashing, writing and fsync of the file without HTTP, and SHA-256 of the
+     file alone in one thread (the bound of any store that hashes as it receives);
   3. --runs times: createUpload, then the presigned PUT of the file with
      httpx, streaming a generator of 1 MiB chunks with the Upload's
      put_headers, timed from the first byte sent to the 200 (the server has
@@ -49,7 +50,8 @@ import httpx
 from contentsvc.bench.driver import (target_lines, RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, machine_line,
                                      write_results)
 from contentsvc.bench.service import OwnService, scan_server_log
-from contentsvc.bench.upload_references import client_alone_seconds, durably_timed, store_alone_seconds
+from contentsvc.bench.upload_references import (client_alone_seconds, durably_timed, hash_alone_seconds,
+                                               store_alone_seconds)
 from contentsvc.processes.children import supervised_children
 from contentsvc.processes.registry import API
 
@@ -209,12 +211,14 @@ def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> d
         copies.append(timed_copy(source, copy))
         print(f"[bench upload] copy {i + 1}/{runs}: {size / copies[-1] / 1e6:,.0f} MB/s", file=sys.stderr, flush=True)
 
-    client_alone, store_alone = [], []
+    client_alone, store_alone, hash_alone = [], [], []
     for i in range(runs):
         client_alone.append(client_alone_seconds(file_chunks(source), {"Content-Length": str(size)}))
         store_alone.append(store_alone_seconds(source, copy))
+        hash_alone.append(hash_alone_seconds(source))
         print(f"[bench upload] references {i + 1}/{runs}: client alone {size / client_alone[-1] / 1e6:,.0f} MB/s, "
-              f"store alone {size / store_alone[-1] / 1e6:,.0f} MB/s", file=sys.stderr, flush=True)
+              f"store alone {size / store_alone[-1] / 1e6:,.0f} MB/s, "
+              f"hash alone {size / hash_alone[-1] / 1e6:,.0f} MB/s", file=sys.stderr, flush=True)
 
     api_pid = serve_child(own.process.pid)
     puts = []
@@ -240,9 +244,12 @@ def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> d
         "sha256": sha256,
         "copy": rates(copies),
         # What bounds the PUT besides the API (upload_references.py): the same client to a server
-        # that discards, and the blob store's hashing and writing without HTTP.
+        # that discards, the blob store's hashing and writing without HTTP, and SHA-256 alone.
         "client_alone": rates(client_alone),
         "store_alone": rates(store_alone),
+        "hash_alone": rates(hash_alone),
+        # Where this is under the target, no PUT that hashes as it receives can meet it here.
+        "hash_alone_to_copy_ratio": round(rates(hash_alone)["best_mb_per_s"] / max(copy_rates), 3),
         "put_to_client_alone_ratio": round(max(put_rates) / client_best, 3),
         "put_to_store_alone_ratio": round(max(put_rates) / rates(store_alone)["best_mb_per_s"], 3),
         "put": {"runs": puts, "best_mb_per_s": max(put_rates), "median_mb_per_s": round(statistics.median(put_rates), 1),
@@ -263,7 +270,8 @@ def summary_text(report: dict[str, Any]) -> str:
     lines.append(f"file                {res['file_bytes'] // MiB} MiB random bytes, on {report['parameters']['disk']}")
     lines.append(f"plain copy + fsync  best {fmt(res['copy']['best_mb_per_s'])} MB/s   median "
                  f"{fmt(res['copy']['median_mb_per_s'])} MB/s   ({len(res['copy']['runs_s'])} runs)")
-    for name, label in (("client_alone", "client alone      "), ("store_alone", "store alone       ")):
+    for name, label in (("client_alone", "client alone      "), ("store_alone", "store alone       "),
+                        ("hash_alone", "SHA-256 alone     ")):
         lines.append(f"{label}  best {fmt(res[name]['best_mb_per_s'])} MB/s   median "
                      f"{fmt(res[name]['median_mb_per_s'])} MB/s")
     lines.append(f"presigned PUT       best {fmt(res['put']['best_mb_per_s'])} MB/s   median "
@@ -272,6 +280,8 @@ def summary_text(report: dict[str, Any]) -> str:
                  f"this client's bytes)")
     lines.append(f"PUT / store alone   {res['put_to_store_alone_ratio']} (hashing and writing without HTTP, "
                  f"in two threads as the store does)")
+    lines.append(f"SHA-256 / copy      {res['hash_alone_to_copy_ratio']} (one core's digest: the most any PUT "
+                 f"that hashes as it receives could reach of the copy)")
     lines.append(f"API RSS             peak growth {fmt(res['put']['peak_rss_growth_mib'])} MiB over "
                  f"{res['put']['runs'][0]['rss_baseline_mib']} MiB (sampled every {int(SAMPLE_S * 1000)} ms, "
                  f"pid {res['api_pid']})")

@@ -34,7 +34,6 @@ from contentsvc.config.environment import child_environment
 from contentsvc.processes.local_service import free_port
 from contentsvc.processes.registry import PROCESSES, PROJECTOR
 from tests.conftest import (
-    TLS,
     ServerProcess,
     assert_error,
     client_for,
@@ -42,6 +41,7 @@ from tests.conftest import (
     json_lines,
     key_for,
     text_command,
+    wait_healthy,
     wait_resolved,
 )
 
@@ -284,14 +284,7 @@ def test_the_api_started_during_an_outage_waits_it_out(outage, tmp_path):
             lines = [line for line in json_lines(log_path) if line.get("event") == "database_unavailable"]
             assert [line["process"] for line in lines] == ["api"]
             postgres.start()
-
-            def healthy() -> bool:
-                assert serve.poll() is None, log_path.read_text()
-                try:
-                    return httpx.get(f"http://127.0.0.1:{port}/v0/health", timeout=2, verify=TLS).status_code == 200
-                except httpx.HTTPError:
-                    return False
-            wait_for(healthy, 30, "the API never came up")
+            wait_healthy(f"http://127.0.0.1:{port}", serve, log_path, 30)
             assert "Traceback" not in log_path.read_text()
             assert any(line.get("event") == "database_available" for line in json_lines(log_path))
         finally:

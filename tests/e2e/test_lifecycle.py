@@ -20,7 +20,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 from psycopg.conninfo import conninfo_to_dict
@@ -28,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 from contentsvc.processes.listener import EXIT_BUSY
 from contentsvc.processes.local_service import free_port
 from contentsvc.processes.registry import PROCESSES
-from tests.conftest import TLS, json_lines
+from tests.conftest import health_status, json_lines, wait_healthy
 
 STOP_BOUND_S = 10  # SIGTERM/SIGINT: every child and the embedded server gone within 10 s
 REFUSAL_BOUND_S = 30  # "at once": the imports of a cold interpreter on a busy machine, nothing more
@@ -75,18 +74,6 @@ def _wait_gone(pids: list[int], deadline: float) -> list[int]:
         time.sleep(0.1)
 
 
-# One client for every health look: a new one builds a TLS context (tens of ms of CPU), and the
-# looks come every 50 ms while a server starts on the same cores.
-_HEALTH = httpx.Client(timeout=2, verify=TLS)
-
-
-def _healthy(base_url: str) -> bool:
-    try:
-        return _HEALTH.get(f"{base_url}/v0/health").status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 class EmbeddedRun:
     """`contentsvc run` (or `serve`) with no database URL: the embedded PostgreSQL in `home`."""
 
@@ -98,12 +85,11 @@ class EmbeddedRun:
         self.process = subprocess.Popen([sys.executable, "-m", "contentsvc.cli", command, "--port", str(self.port)],
                                         env=_environment(home), stdout=self._log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
-        deadline = time.monotonic() + ready_timeout
-        while not _healthy(self.base_url):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise AssertionError(f"{command} not ready:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.05)
+        try:
+            wait_healthy(self.base_url, self.process, log_path, ready_timeout)
+        except BaseException:
+            self.kill()
+            raise
 
     def children(self) -> list[int]:
         return [child.pid for child in psutil.Process(self.process.pid).children()]
@@ -209,7 +195,7 @@ def test_a_second_run_in_the_same_home_is_refused_naming_the_holder(running):
     assert refusal and refusal[0]["pid"] == running.process.pid
     assert f"in use by pid {running.process.pid}" in refusal[0]["message"]
     assert not [line for line in lines if line["event"] in ("contentsvc_ready", "embedded_postgres_started")]
-    assert running.process.poll() is None and _healthy(running.base_url)  # the first one is untouched
+    assert running.process.poll() is None and health_status(running.base_url) == 200  # the first one is untouched
 
 
 @pytest.mark.parametrize("command", ["run", "serve"])
@@ -235,7 +221,7 @@ def test_the_supervisor_restarts_a_dead_embedded_postgres(running):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         restarted = [line for line in json_lines(running.log_path) if line.get("event") == "embedded_postgres_restarted"]
-        if restarted and _healthy(running.base_url):
+        if restarted and health_status(running.base_url) == 200:
             break
         time.sleep(0.5)
     else:

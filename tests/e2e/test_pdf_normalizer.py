@@ -20,7 +20,7 @@ import psycopg
 
 from contentsvc.processes.local_service import free_port
 
-from tests.conftest import TLS, ServerProcess, client_for, create_corpus, key_for, wait_resolved
+from tests.conftest import ServerProcess, client_for, create_corpus, key_for, wait_healthy, wait_resolved
 from tests.e2e.test_plugin_admin import PDF
 from tests.e2e.test_uploads import blob_command, verified_blob, version_of
 
@@ -61,14 +61,8 @@ def test_a_launched_pdf_normalizer_turns_a_pdf_blob_into_searchable_pages(databa
     server = ServerProcess(url, tmp_path, {"CONTENTSVC_CONFIG": str(config)})
     try:
         # decisions-part2 `launch`: `contentsvc run` started the plugin on the pinned port, with the token
-        deadline = time.time() + 30
-        status = None
-        while time.time() < deadline and status != 401:
-            try:
-                status = httpx.get(f"http://127.0.0.1:{port}/v0/health", timeout=2, verify=TLS).status_code
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        assert status == 401  # a first-party plugin started with CONTENTSVC_PLUGIN_TOKEN wants it
+        # a first-party plugin started with CONTENTSVC_PLUGIN_TOKEN wants it, on /v0/health too
+        wait_healthy(f"http://127.0.0.1:{port}", timeout=30, status=401)
 
         client = client_for(server, key_for(url, "org-pdf"))
         corpus = create_corpus(client, f"pdf-{uuid.uuid4().hex[:8]}")
@@ -118,15 +112,12 @@ def _serve_pdf(port: int, log_path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k not in ("CONTENTSVC_PLUGIN_TOKEN", "CONTENTSVC_CONFIG")}
     process = subprocess.Popen([sys.executable, "-m", "contentsvc.cli", "plugin", "serve", "pdf", "--port", str(port)],
                                stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, env=env)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/v0/discovery", timeout=1, verify=TLS)
-            return process
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    process.kill()
-    raise AssertionError("the pdf plugin did not listen")
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", process, log_path, 30)  # no token: its health answers 200
+    except BaseException:
+        process.kill()
+        raise
+    return process
 
 
 def test_an_unreachable_normalizer_keeps_the_receipt_pending_across_a_restart(databases, tmp_path):

@@ -19,7 +19,7 @@ import httpx
 
 from contentsvc.config.environment import child_environment
 from contentsvc.processes.local_service import free_port
-from tests.conftest import TLS, ServerProcess, assert_error, client_for, create_corpus, key_for
+from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, key_for, wait_healthy
 from tests.e2e.test_plugin_activation_rules import STUB, manifest
 from tests.e2e.test_plugin_admin import PDF, operator_key, registration, wait_state
 from tests.e2e.test_uploads import blob_command, verified_blob
@@ -41,16 +41,7 @@ class ApiProcess:
              "--no-migrate"], env=child_environment(CONTENTSVC_DATABASE_URL=database_url, CONTENTSVC_HOME=str(home),
                                                    **env),
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while True:
-            assert self.process.poll() is None, log_path.read_text(errors="replace")[-4000:]
-            try:
-                if httpx.get(f"{self.base_url}/v0/health", timeout=1, verify=TLS).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-4000:]
-            time.sleep(0.1)
+        wait_healthy(self.base_url, self.process, log_path)
 
     def stop(self) -> None:
         if self.process.poll() is None:

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import psycopg
 
 from contentsvc.auth import keys
 from contentsvc.processes.local_service import free_port
+from tests.conftest import wait_healthy
 
 
 class Stack:
@@ -34,15 +34,7 @@ class Stack:
         with psycopg.connect(url, autocommit=True) as conn:
             self.secret = keys.create_key(conn, "crash", keys.parse_actions("*"), None, None).secret
         self.client = self.new_client()
-        deadline = time.time() + 60
-        while True:
-            try:
-                if self.client.get("/v0/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.time() < deadline, self.log_path.read_text()[-4000:]
-            time.sleep(0.05)
+        wait_healthy(self.base_url, self.api, self.log_path)
 
     def new_client(self) -> httpx.Client:
         return httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {self.secret}"}, timeout=30)

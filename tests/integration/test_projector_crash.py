@@ -22,6 +22,7 @@ from contentsvc.auth import keys
 from contentsvc.journal.store import read_after
 from contentsvc.readmodel.fold import fold
 from contentsvc.processes.local_service import free_port
+from tests.conftest import wait_healthy
 
 READ_TABLES = ("corpora", "receipts", "records", "versions")
 
@@ -70,15 +71,7 @@ def test_kill_minus_nine_loses_and_duplicates_nothing(databases, tmp_path):
             projectors[name] = _spawn(["projector", "run", name], url, log)
 
     try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                if client.get("/v0/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                if time.time() > deadline:
-                    raise
-            time.sleep(0.1)
+        wait_healthy(f"http://127.0.0.1:{port}", api, tmp_path / "processes.log", 30)
         assert client.post("/v0/corpora", json={"idempotency_key": "c", "corpus_id": "crash", "name": "c"}
                            ).status_code == 201
         thread = threading.Thread(target=killer)

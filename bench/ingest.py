@@ -53,7 +53,9 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, Awaitable
 
+import httpx
 import psycopg
+
 from contentsvc.bench.driver import (
     DATASETS,
     RESULTS_DIR,
@@ -202,6 +204,12 @@ def main(argv: list[str]) -> int:
             results = asyncio.run(run_bench(target, texts, args, cpu))
     except BenchError as exc:
         print(f"bench ingest failed: {exc}", file=sys.stderr)
+        return 1
+    except (httpx.TransportError, psycopg.OperationalError) as exc:
+        # An unreachable --url or --database-url, or a service that went away: one line, no traceback
+        # (PostgreSQL's message names its server; httpx's does not name the URL).
+        at = f" ({exc.request.method} {exc.request.url})" if isinstance(exc, httpx.TransportError) else ""
+        print(f"bench ingest failed: {type(exc).__name__}{at}: {exc}", file=sys.stderr)
         return 1
     finally:
         if own is not None:

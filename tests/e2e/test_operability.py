@@ -44,6 +44,20 @@ def test_keys_cli_refuses_unknown_actions(database_url):
     assert out.returncode != 0 and "plugins:admin" in out.stderr
 
 
+def test_one_shot_commands_name_an_unreachable_database_in_one_line():
+    # Errors (operator edge): a database that refuses connections is one line naming it, with its
+    # password masked, and exit 1; no traceback, no critical log line. Port 1 on loopback refuses.
+    unreachable = "postgresql://operator:hunter2@127.0.0.1:1/contentsvc"
+    for command in (["keys", "list"], ["migrate"], ["gc"], ["projector", "status"], ["credentials", "rewrap"]):
+        out = cli(unreachable, *command)
+        assert out.returncode == 1, (command, out.stderr)
+        errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "cannot connect to the database" in errors[0], out.stderr
+        assert "operator:***@127.0.0.1:1" in errors[0] and "Connection refused" in errors[0]
+        assert "hunter2" not in out.stderr + out.stdout and "Traceback" not in out.stderr, out.stderr
+        assert "uncaught_exception" not in out.stderr + out.stdout
+
+
 def test_projector_status_shows_position_and_lag(server, database_url, api):
     corpus = create_corpus(api)
     api.post("/v0/records", json=text_command(corpus, "k", "status"))

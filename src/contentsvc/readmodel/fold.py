@@ -102,11 +102,14 @@ INSERT INTO records (record_id, org_id, corpus_id, namespace, record_key, create
 SELECT *, true FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::timestamptz[])
 ON CONFLICT (record_id) DO UPDATE SET withdrawn = true
 """
-# Quarantine is terminal (part 1: reprocessing quarantined Versions is unavailable).
+# Quarantine is terminal (part 1: reprocessing quarantined Versions is unavailable). A move to
+# the state the row already has writes nothing: every Version's `materialized` comes in the
+# transaction that inserted it so, and an update rewrites the whole row, its manifest included.
 _AVAILABILITY = """
 UPDATE versions v SET availability_state = u.state, searchable = u.searchable
 FROM unnest(%b::text[], %b::text[], %b::bool[]) AS u(version_id, state, searchable)
 WHERE v.version_id = u.version_id AND v.availability_state <> 'quarantined'
+  AND (v.availability_state, v.searchable) IS DISTINCT FROM (u.state, u.searchable)
 """
 _ENRICHED = """
 UPDATE versions v SET enriched = true, enrichment_blocked = NULL

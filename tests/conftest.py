@@ -24,6 +24,7 @@ from psycopg.conninfo import conninfo_to_dict
 from contentsvc.auth import keys
 from contentsvc.outbound_http import verifying_context
 from contentsvc.processes.children import supervised_children
+from contentsvc.processes import local_service
 from contentsvc.processes.local_service import LocalService, create_database, drop_database
 from contentsvc.storage.migrations import migrate
 
@@ -156,29 +157,19 @@ def client_for(server, secret: str) -> httpx.Client:
                         verify=TLS)
 
 
-# One client for every health look: they come every 50 ms while a server starts on the same cores.
-_HEALTH = httpx.Client(timeout=2, verify=TLS)
+_HEALTH = httpx.Client(timeout=2, verify=TLS)  # for the tests' single looks at a running service
 
 
 def health_status(base_url: str) -> int | None:
-    """What GET /v0/health answers at base_url; None while nothing answers there."""
-    try:
-        return _HEALTH.get(f"{base_url}/v0/health").status_code
-    except httpx.HTTPError:
-        return None
+    return local_service.health_status(_HEALTH, base_url)
 
 
 def wait_healthy(base_url: str, process=None, log_path: Path | None = None, timeout: float = 60.0,
                  status: int = 200) -> None:
-    """Until base_url's health answers `status` (a plugin started with a token answers 401).
-    Fails, with the tail of `log_path`, when `process` (a Popen) ends first or after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while health_status(base_url) != status:
-        ended = process is not None and process.poll() is not None
-        if ended or time.monotonic() > deadline:
-            tail = log_path.read_text(errors="replace")[-4000:] if log_path else ""
-            pytest.fail(f"{base_url} {'exited' if ended else f'not healthy after {timeout:.0f} s'}:\n{tail}")
-        time.sleep(0.05)
+    """local_service.wait_healthy, failing the test with the tail of `log_path` when it does not answer."""
+    if (why := local_service.wait_healthy(base_url, process, timeout, status)) is not None:
+        tail = log_path.read_text(errors="replace")[-4000:] if log_path else ""
+        pytest.fail(f"{base_url} {why}:\n{tail}")
 
 
 def create_corpus(client: httpx.Client, corpus_id: str | None = None, name: str = "Test corpus") -> str:

@@ -538,19 +538,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args, settings) or 0
     except Exception as exc:
-        if _process_name(args) != "cli" or not _database_unreachable(exc):
+        import psycopg  # every command that reached for the database has imported it already
+
+        if _process_name(args) != "cli" or not isinstance(exc, psycopg.OperationalError):
             raise  # the service's processes wait out an outage themselves; anything else is a defect
         # An operator's one-shot command (keys, migrate, gc, ...) whose database does not answer:
         # one line naming the database (its password masked) and PostgreSQL's reason, exit 1.
         reason = " ".join(str(exc).split())
         print(f"error: cannot connect to the database ({describe_database(settings)}): {reason}", file=sys.stderr)
         return 1
-
-
-def _database_unreachable(exc: BaseException) -> bool:
-    import psycopg  # every command that reached for the database has imported it already
-
-    return isinstance(exc, psycopg.OperationalError)
 
 
 if __name__ == "__main__":

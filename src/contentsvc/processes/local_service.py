@@ -41,6 +41,31 @@ def drop_database(admin_url: str, url: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{conninfo_to_dict(url)["dbname"]}" WITH (FORCE)')
 
 
+def health_status(client: httpx.Client, base_url: str) -> int | None:
+    """What GET /v0/health answers at base_url; None while nothing answers there."""
+    try:
+        return client.get(f"{base_url}/v0/health").status_code
+    except httpx.HTTPError:
+        return None
+
+
+def wait_healthy(base_url: str, process: subprocess.Popen | None = None, timeout: float = 60.0,
+                 status: int = 200) -> str | None:
+    """Until base_url's health answers `status` (a plugin started with a token answers 401): None,
+    or why it did not (`process` ended first, or `timeout` s passed)."""
+    deadline = time.monotonic() + timeout
+    # One client for every look, on the process's one TLS context: a new client per look built
+    # a context each time (36 ms of CPU here), most of a core taken from the starting server.
+    with httpx.Client(timeout=1, verify=verifying_context()) as client:
+        while health_status(client, base_url) != status:
+            if process is not None and process.poll() is not None:
+                return f"exited with {process.returncode}"
+            if time.monotonic() > deadline:
+                return f"not ready after {timeout:.0f} s"
+            time.sleep(0.05)
+    return None
+
+
 class LocalService:
     """`contentsvc run` on its own port and CONTENTSVC_HOME, logging to a file; ready when
     constructed (its health answers)."""
@@ -67,22 +92,9 @@ class LocalService:
             return ""
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        # One client for every look, on the process's one TLS context: a new client per look built
-        # a context each time (36 ms of CPU here), most of a core taken from the starting server.
-        with httpx.Client(timeout=1, verify=verifying_context()) as client:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    self.stop()
-                    raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.tail()}")
-                try:
-                    if client.get(f"{self.base_url}/v0/health").status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"server not ready after {timeout:.0f} s:\n{self.tail()}")
+        if (why := wait_healthy(self.base_url, self.process, timeout)) is not None:
+            self.stop()
+            raise RuntimeError(f"server {why}:\n{self.tail()}")
 
     def stop(self) -> None:
         """SIGTERM to the whole process group (the supervisor and its children), then SIGKILL."""

@@ -38,8 +38,9 @@ Measurements (one run, one database), one module each:
 
 Only 202 answers (and 202 batch items) count as successes; every other answer,
 timeout or transport error is counted and reported. The figures are written to
-bench/results/ingest.json with the targets and whether each was met; nothing
-here asserts on time.
+bench/results/ingest.json with the targets and whether each was met (a run
+against a running service to bench/results/ingest-external.json instead, so
+it never replaces the reference run); nothing here asserts on time.
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ from contentsvc.config import current_settings
 from contentsvc.search.engine_space import engine_vectors_enabled
 
 RESULT_PATH = RESULTS_DIR / "ingest.json"
+# A run against a running service (--url) is measured on a service the bench did not start, with
+# no reference phases: it is written beside the reference run, never over it.
+EXTERNAL_RESULT_PATH = RESULTS_DIR / "ingest-external.json"
 SERVER_LOG = RESULTS_DIR / "ingest-server.log"
 DEFAULT_CORPUS = DATASETS / "scifact" / "corpus.jsonl"
 
@@ -234,6 +238,7 @@ def main(argv: list[str]) -> int:
     if own is not None:
         report["server_log"] = scan_server_log(SERVER_LOG)
     report["problems"] = problems(report)
-    write_results(RESULT_PATH, report)
-    print(summary_text(report, RESULT_PATH))
+    path = RESULT_PATH if own is not None else EXTERNAL_RESULT_PATH
+    write_results(path, report)
+    print(summary_text(report, path))
     return 0

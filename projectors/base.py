@@ -190,6 +190,9 @@ class ExternalFold(Projector):
 
     def __init__(self) -> None:
         self.position = 0  # what the output reflects: the next batch is read after it
+        # Whether the journal held more than the batch `fold` is given when it was read: a fold
+        # whose outside work has a high fixed cost may read further batches before doing it.
+        self.journal_has_more = False
 
     @property
     def checkpoint_name(self) -> str:
@@ -229,6 +232,7 @@ class ExternalFold(Projector):
         async with conn.transaction():
             events, through, more = await next_batch(conn, self.position, self.batch_size, self.reads)
         moved = through > self.position
+        self.journal_has_more = more
         if events:
             await self.fold(conn, events, through)
             if self.position < through:
@@ -236,7 +240,7 @@ class ExternalFold(Projector):
         elif moved:
             async with self.checkpointed(conn, through):
                 pass  # positions holding no kind it reads: only the checkpoint moves
-        return await self.after_batch(conn, idle=not moved) or more
+        return await self.after_batch(conn, idle=not moved) or self.journal_has_more
 
 
 class GenerationRetired(Exception):

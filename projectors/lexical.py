@@ -17,16 +17,18 @@ Order of a step, and why a crash anywhere is safe:
 1. read events after the generation's checkpoint (Postgres);
 2. announce `building_baseline` for new Versions, once (the generation's
    `announced` mark moves in the same transaction);
-3. apply the batch to the index and commit it with the position it
-   reflects (a checkpoint document inside the index);
-4. in one Postgres transaction: append `retrieval_ready` events (and the
-   currentness they move, with `lexical_currentness`) and move the
-   checkpoint;
+3. apply the batch to the index (behind the journal, the batches after it
+   too) and commit it with the position it reflects (a checkpoint document
+   inside the index);
+4. for each batch, in one Postgres transaction: append `retrieval_ready`
+   events (and the currentness they move, with `lexical_currentness`) and
+   move the checkpoint;
 5. after the fold, Versions whose successors the read model shows current
    leave the index (index commit first, then `retired` in Postgres: a crash
    between removes them again).
-A crash between 3 and 4 re-applies the batch to the index (delete, then
-add: idempotent) and then publishes once. After the fold, each building
+A crash between 3 and 4, or between two batches' transactions of 4,
+re-applies what was not published yet to the index (delete, then add:
+idempotent) and then publishes it once. After the fold, each building
 projection generation is backfilled by one chunk, the same way: index
 commit first, then its cursor and progress in Postgres. An index found behind its
 Postgres checkpoint (files lost or restored) is refolded from its own
@@ -45,7 +47,7 @@ from contentsvc.journal.events import JournalEvent
 from contentsvc.journal.store import append
 from contentsvc.logging import get_logger
 from contentsvc.projectors import currentness, projections
-from contentsvc.projectors.base import GenerationFold, GenerationRetired
+from contentsvc.projectors.base import GenerationFold, GenerationRetired, next_batch
 from contentsvc.search import generations
 from contentsvc.search import lexical_index
 from contentsvc.search.lexical_index import LexicalWriter
@@ -86,6 +88,10 @@ def apply_to_index(writer: LexicalWriter, events: list[JournalEvent], live: proj
             _add(writer, live, e)
 
 
+def _versions(events: list[JournalEvent]) -> int:
+    return sum(e.kind == ev.RECORD_ACCEPTED for e in events)
+
+
 def _add(writer: LexicalWriter, live: projections.Live, e: JournalEvent) -> None:
     for projection in live.of(e.org_id, e.payload.source.corpus_id):
         writer.add_version(e.org_id, projection.projection_generation_id, projection.retrieval, e.payload)
@@ -101,6 +107,12 @@ class LexicalProjector(GenerationFold):
     # Each step commits the Tantivy index (a new segment, fsynced): under a stream of single
     # ingests, 200 ms of gathering (Elasticsearch refreshes every second) cuts that work several-fold.
     coalesce_seconds = 0.2
+    # Behind the journal, a step reads on and commits the index once for several batches: a
+    # commit's fixed cost (a new segment, a dozen fields' dictionaries written, fsynced and
+    # merged later: about 20 ms of CPU) was more than indexing the 80 or so single ingests a
+    # batch of 500 positions holds (docs/decisions.md, "The lexical fold's index commits").
+    GATHER_VERSIONS = 2000
+    GATHER_SECONDS = 0.5
 
     def __init__(self, home: Path) -> None:
         super().__init__(home)
@@ -128,6 +140,56 @@ class LexicalProjector(GenerationFold):
         return position
 
     async def fold(self, conn: AsyncConnection, events: list[JournalEvent], through: int) -> None:
+        decisions, applied = await self._take(conn, events, through)
+        batches = [(events, through, decisions)]
+        if not decisions.started and not decisions.ended:
+            applied = await self._gather(conn, batches) or applied
+        if applied:
+            self.writer.commit(batches[-1][1])
+        for batch_events, batch_through, batch_decisions in batches:  # one transaction each, as read
+            async with self.checkpointed(conn, batch_through):
+                await projections.record(conn, batch_decisions)
+                await currentness.publish(conn, [e for e in batch_events if e.position > self.published],
+                                          then=batch_decisions.events())
+            self.published = max(self.published, batch_through)
+
+    async def _gather(self, conn: AsyncConnection, batches: list[tuple[list[JournalEvent], int,
+                                                                         projections.Decisions]]) -> bool:
+        """Behind the journal, the batches after the first join its index commit (up to
+        GATHER_VERSIONS Versions, or GATHER_SECONDS); each is still published in a transaction of
+        its own. A batch holding a Corpus or Operation event ends the gathering: the next step
+        folds it. True when any batch was applied to the index."""
+        started = time.monotonic()
+        versions = _versions(batches[0][0])
+        applied = False
+        while self.journal_has_more and versions < self.GATHER_VERSIONS \
+                and time.monotonic() - started < self.GATHER_SECONDS:
+            last_events, last, last_decisions = batches[-1]
+            async with conn.transaction():
+                events, through, self.journal_has_more = await next_batch(conn, last, self.batch_size, self.reads)
+            if through == last:
+                break
+            if self._undecided(events):
+                self.journal_has_more = True  # the next step reads it again
+                break
+            if not events:  # positions holding no kind it reads: the last batch reaches further
+                batches[-1] = (last_events, through, last_decisions)
+                continue
+            decisions, batch_applied = await self._take(conn, events, through)
+            batches.append((events, through, decisions))
+            applied = applied or batch_applied
+            versions += _versions(events)
+        return applied
+
+    def _undecided(self, events: list[JournalEvent]) -> list[JournalEvent]:
+        """Corpus and Operation events not decided yet (decided before a restart: not again)."""
+        return [e for e in events if e.position > self.published and e.kind in (ev.CORPUS_CREATED,
+                                                                                 ev.OPERATION_CHANGED)]
+
+    async def _take(self, conn: AsyncConnection, events: list[JournalEvent], through: int
+                    ) -> tuple[projections.Decisions, bool]:
+        """Announce the batch's new Versions, decide its Corpus and Operation events and apply it
+        to the index (not committed); its decisions, and whether the index changed."""
         generation, writer = self.generation, self.writer
         async with conn.transaction():
             cur = await conn.execute("SELECT announced, state FROM search_generations WHERE generation_id = %s",
@@ -145,22 +207,14 @@ class LexicalProjector(GenerationFold):
                 await append(conn, [currentness.availability_event(e, "building_baseline") for e in fresh])
 
         decisions = projections.Decisions()
-        # Decided before a restart: not again. Only Corpus and Operation events decide anything.
-        undecided = [e for e in events if e.position > self.published
-                     and e.kind in (ev.CORPUS_CREATED, ev.OPERATION_CHANGED)]
-        if undecided:
+        if undecided := self._undecided(events):
             async with conn.transaction():
                 decisions = await projections.decide(conn, self.live, undecided)
         if decisions.started or decisions.ended or any(e.kind in (ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN)
                                                        for e in events):
             apply_to_index(writer, events, self.live)
-            writer.commit(through)
-
-        async with self.checkpointed(conn, through):
-            await projections.record(conn, decisions)
-            await currentness.publish(conn, [e for e in events if e.position > self.published],
-                                      then=decisions.events())
-        self.published = max(self.published, through)
+            return decisions, True
+        return decisions, False
 
     async def after_batch(self, conn: AsyncConnection, idle: bool) -> bool:
         pending = await self._retire_replaced(conn)

@@ -1,0 +1,79 @@
+"""The lexical fold behind the journal: several batches to one index commit, each published alone.
+
+projectors/lexical.py ("Order of a step"; docs/decisions.md "The lexical fold's index commits"):
+a backlog is read a batch (500 positions) at a time; the batches after the first join its index
+commit, because a commit's fixed cost outweighs the indexing of a batch of small Versions. Each
+batch's `retrieval_ready` events are still appended in a transaction of their own, so the
+journal lock is held no longer than for one batch. Part 1, "States and transitions": every
+Version still becomes current once, and only after the commit holding it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+import tantivy
+
+from tests.integration.stack import Stack, command, ingest_batch
+
+RECORDS = 500  # about 2,000 positions with the lexical fold down: four or five batches of 500
+
+
+@pytest.fixture
+def stack(databases, tmp_path):
+    s = Stack(databases.create(), tmp_path, ("materializer", "readmodel", "lexical"), CONTENTSVC_ENGINE_VECTORS="0")
+    yield s
+    s.close()
+
+
+def wait_for(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, what
+        time.sleep(0.2)
+
+
+def test_a_backlog_is_one_index_commit_published_batch_by_batch(stack):
+    assert stack.client.post("/v0/corpora", json={"idempotency_key": "c", "corpus_id": "backlog", "name": "b"}
+                             ).status_code == 201
+    wait_for(lambda: stack.log_count("lexical_generation_open") >= 1, "the lexical fold never opened its index")
+    stack.kill("lexical")
+    receipts: list[str] = []
+    for b in range(0, RECORDS, 100):
+        receipts += ingest_batch(stack.client, [command("backlog", f"r{i}", f"backlog word{i} text")
+                                                for i in range(b, b + 100)])
+    with psycopg.connect(stack.url, autocommit=True) as conn:
+        wait_for(lambda: conn.execute("SELECT count(*) FROM versions v JOIN receipts r ON r.version_id = v.version_id"
+                                      " WHERE r.receipt_id = ANY(%s)", (receipts,)).fetchone()[0] == RECORDS,
+                 "the materializer did not accept every Version")
+        start, backlog_head = conn.execute(
+            "SELECT (SELECT position FROM projector_checkpoints WHERE name LIKE 'lexical:%%'),"
+            " (SELECT max(position) FROM journal)").fetchone()
+
+        stack.restart("lexical")
+        wait_for(lambda: conn.execute("SELECT count(*) FROM versions v JOIN receipts r ON r.version_id = v.version_id"
+                                      " WHERE r.receipt_id = ANY(%s) AND v.searchable", (receipts,)).fetchone()[0]
+                 == RECORDS, "not every Version became searchable")
+        # The transactions that appended the backlog's retrieval_ready events (xmin: the writer's).
+        ready = conn.execute(
+            "SELECT count(*), count(DISTINCT xmin::text) FROM journal WHERE kind = 'record.availability_changed'"
+            " AND payload->>'state' = 'retrieval_ready' AND payload->>'is_current' = 'true'"
+            " AND position > %s", (backlog_head,)).fetchone()
+        [(generation,)] = conn.execute("SELECT generation_id FROM search_generations"
+                                       " WHERE kind = 'lexical' AND state = 'serving'").fetchall()
+
+    batches = -(-(backlog_head - start) // 500)
+    assert batches >= 3, (start, backlog_head)  # the backlog spans several batches
+    assert ready[0] == RECORDS  # each Version made current once
+    assert ready[1] >= batches - 1, (ready, batches)  # published batch by batch (a sparse stretch joins one)
+    searcher = tantivy.Index.open(str(stack.home / "indexes" / "lexical" / generation)).searcher()
+    assert searcher.num_docs == RECORDS + 1  # and the checkpoint document
+    # One commit, one segment; a commit per batch leaves one each (fewer than 8: none merged yet).
+    assert searcher.num_segments == 1, (searcher.num_segments, batches)
+    with psycopg.connect(stack.url) as conn:
+        [(record_id,)] = conn.execute("SELECT record_id FROM receipts WHERE receipt_id = %s",
+                                      (receipts[437],)).fetchall()
+    hits = stack.client.post("/v0/search", json={"query": "word437", "corpus_ids": ["backlog"], "mode": "lexical"})
+    assert [h["record_id"] for h in hits.json()["items"]] == [record_id]

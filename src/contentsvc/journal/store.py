@@ -53,10 +53,12 @@ async def transaction(conn: AsyncConnection) -> AsyncIterator[None]:
     """A transaction for commands and folds that append to the journal.
 
     It runs in pipeline mode: statements whose results are read still wait
-    for the server, but everything after the last read (the journal lock,
-    the inserts, NOTIFY and COMMIT) goes out in one flush. So the journal
-    lock is never held while the server waits for this client, however
-    busy the client's process is.
+    for the server, but nothing after the last read (the journal lock, the
+    inserts, NOTIFY and COMMIT) waits for a result. So the journal lock is
+    never held across a round trip: only while this client sends the
+    statements after its append, each in its own write (psycopg flushes
+    every statement of a pipeline), which takes microseconds unless its
+    process loses its core in between (or is stopped there: SIGSTOP).
     """
     # Not conn.transaction(): in pipeline mode it syncs before COMMIT, which
     # would hold the lock for one more round trip. The rollback happens after

@@ -225,6 +225,19 @@ def until(probe, what: str, timeout: float = 40.0):
         time.sleep(0.1)
 
 
+def suspend_caught_up(server: ServerProcess, role: str, checkpoint: str) -> psutil.Process:
+    """SIGSTOP a fold once its checkpoint has reached the journal's head. Stopped in the middle of
+    a step, it could hold the journal lock (between sending its append and its COMMIT), and every
+    ingest would wait on it and fail storage_unavailable instead of answering what is tested."""
+    with psycopg.connect(server.database_url, autocommit=True) as conn:
+        until(lambda: conn.execute("SELECT min(c.position) >= (SELECT max(position) FROM journal)"
+                                   " FROM projector_checkpoints c WHERE c.name LIKE %s",
+                                   (checkpoint,)).fetchone()[0], f"{role} caught up")
+    process = server.children()[role]
+    process.suspend()
+    return process
+
+
 def assert_error(response: httpx.Response, status: int, code: str) -> dict:
     """The Error envelope of part 1, exactly: no other member, no stack trace."""
     assert response.status_code == status, response.text

@@ -13,12 +13,10 @@ import time
 import uuid
 
 import httpx
-import psutil
-import psycopg
 import pytest
 
-from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, json_lines, key_for, text_command,
-                            until, wait_current, wait_resolved)
+from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, json_lines, key_for,
+                            suspend_caught_up, text_command, until, wait_current, wait_resolved)
 
 
 @pytest.fixture(scope="module")
@@ -39,26 +37,13 @@ def ingest(client: httpx.Client, corpus: str, body: dict | None = None) -> httpx
     return client.post("/v0/records", json=body or text_command(corpus, uuid.uuid4().hex, "a backlog probe"))
 
 
-def suspend_when_caught_up(server: ServerProcess, role: str, checkpoint: str) -> psutil.Process:
-    """SIGSTOP a fold once its checkpoint has reached the journal's head. Stopped in the middle of
-    a step, it could hold the journal lock (between sending its append and its COMMIT), and every
-    ingest would wait on it and fail storage_unavailable instead of answering what is tested."""
-    with psycopg.connect(server.database_url, autocommit=True) as conn:
-        until(lambda: conn.execute("SELECT min(c.position) >= (SELECT max(position) FROM journal)"
-                                   " FROM projector_checkpoints c WHERE c.name LIKE %s",
-                                   (checkpoint,)).fetchone()[0], f"{role} caught up")
-    process = server.children()[role]
-    process.suspend()
-    return process
-
-
 def test_ingests_are_refused_while_the_folds_are_behind_and_accepted_once_they_catch_up(own_server, client):
     corpus = create_corpus(client)
     first = ingest(client, corpus)
     assert first.status_code == 202, first.text
     wait_resolved(client, first.json()["receipt_id"])
 
-    materializer = suspend_when_caught_up(own_server, "projector:materializer", "materializer")
+    materializer = suspend_caught_up(own_server, "projector:materializer", "materializer")
     try:
         # A fresh backlog is accepted: the limit is on the age of what waits, not on its size.
         assert ingest(client, corpus).status_code == 202
@@ -94,7 +79,7 @@ def test_embedding_that_lags_refuses_nothing(own_server, client):
     # Enrichment lags by design (record.enriched says when it caught up); only the folds on the way
     # to searchable count.
     corpus = create_corpus(client)
-    vectors = suspend_when_caught_up(own_server, "projector:vectors", "vectors:%")
+    vectors = suspend_caught_up(own_server, "projector:vectors", "vectors:%")
     try:
         waiting = ingest(client, corpus)
         assert waiting.status_code == 202, waiting.text

@@ -7,13 +7,10 @@ continued (SIGCONT) once the rollback is committed and its plan poll is due."""
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 import uuid
 
-from tests.conftest import ServerProcess, client_for, create_corpus, key_for, wait_resolved
-from tests.e2e.test_normalizer_crash import materializer_pid
+from tests.conftest import ServerProcess, client_for, create_corpus, key_for, suspend_caught_up, wait_resolved
 from tests.e2e.test_normalizer_diagnostics import MISBEHAVING, OPTIONAL, REQUIRED
 from tests.e2e.test_plugin_admin import fixtures_of, operator_key, registration, wait_state
 from tests.e2e.test_uploads import blob_command, verified_blob, version_of
@@ -53,9 +50,7 @@ def test_a_blob_whose_route_a_rollback_removed_is_quarantined_as_normalizer_unro
         client = client_for(server, key_for(url, "org-unrouted"))
         corpus = create_corpus(client, f"unrouted-{uuid.uuid4().hex[:8]}")
         blob_id = verified_blob(client, b"ok\nread by no route\n", REQUIRED)["blob_id"]
-        stopped = materializer_pid(server)
-        assert stopped is not None
-        os.kill(stopped, signal.SIGSTOP)
+        stopped = suspend_caught_up(server, "projector:materializer", "materializer")
         # part 2 "Plugin registration and plan": accepted while the active plan routes the media type
         # (the API's view of the plan follows the rollback within its poll)
         deadline = time.time() + 30
@@ -71,7 +66,7 @@ def test_a_blob_whose_route_a_rollback_removed_is_quarantined_as_normalizer_unro
         assert r.status_code == 200, r.text
         assert f"normalizer:{REQUIRED}" not in {role["role"] for role in r.json()["roles"]}, r.json()
         time.sleep(3 * PLAN_POLL_S)  # the stopped materializer's plan cache is due when it continues
-        os.kill(stopped, signal.SIGCONT)
+        stopped.resume()
         stopped = None
 
         receipt = wait_resolved(client, receipt_id, timeout=60)
@@ -83,7 +78,7 @@ def test_a_blob_whose_route_a_rollback_removed_is_quarantined_as_normalizer_unro
         assert all(p["content"]["kind"] == "blob" for p in version["manifest"]["parts"])
     finally:
         if stopped is not None:
-            os.kill(stopped, signal.SIGCONT)
+            stopped.resume()
         server.stop()
         plugin.stop()
     assert "Traceback" not in server.log_path.read_text(errors="replace")

@@ -11,7 +11,6 @@ the state table; decisions.md Operations.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -26,7 +25,7 @@ import tantivy
 
 from contentsvc.domain.operations import projection_generation_for
 from contentsvc.search import lexical_index
-from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, key_for
+from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, key_for, suspend_caught_up
 from tests.e2e.test_search import _token, assert_excerpt_exact, ingest, ingest_batch, search, wait_searchable
 
 CHUNK = 40
@@ -55,14 +54,11 @@ def client(own_server):
 @contextmanager
 def lexical_projector_paused(server: ServerProcess):
     """SIGSTOP the server's lexical projector: accepted Operations stay queued until it resumes."""
-    out = subprocess.run(["pgrep", "-g", str(server.process.pid), "-f", "projector run lexical"],
-                         capture_output=True, text=True)
-    [pid] = [int(x) for x in out.stdout.split()]
-    os.kill(pid, signal.SIGSTOP)
+    process = suspend_caught_up(server, "projector:lexical", "lexical:%")
     try:
         yield
     finally:
-        os.kill(pid, signal.SIGCONT)
+        process.resume()
 
 
 def feed_cursor(client: httpx.Client, corpus: str) -> str:

@@ -225,15 +225,18 @@ def until(probe, what: str, timeout: float = 40.0):
         time.sleep(0.1)
 
 
-def suspend_caught_up(server: ServerProcess, role: str, checkpoint: str) -> psutil.Process:
-    """SIGSTOP a fold once its checkpoint has reached the journal's head. Stopped in the middle of
-    a step, it could hold the journal lock (between sending its append and its COMMIT), and every
-    ingest would wait on it and fail storage_unavailable instead of answering what is tested."""
+def suspend_caught_up(server: ServerProcess, fold: str) -> psutil.Process:
+    """SIGSTOP a fold (`materializer`, `lexical` ...) once its checkpoint (its serving generation's,
+    for an index fold) has reached the journal's head. Stopped in the middle of a step, it could
+    hold the journal lock (between sending its append and its COMMIT), and every ingest would
+    wait on it and fail storage_unavailable instead of answering what is tested."""
     with psycopg.connect(server.database_url, autocommit=True) as conn:
-        until(lambda: conn.execute("SELECT min(c.position) >= (SELECT max(position) FROM journal)"
-                                   " FROM projector_checkpoints c WHERE c.name LIKE %s",
-                                   (checkpoint,)).fetchone()[0], f"{role} caught up")
-    process = server.children()[role]
+        until(lambda: conn.execute(
+            "SELECT c.position >= (SELECT max(position) FROM journal) FROM projector_checkpoints c"
+            " WHERE c.name = %s OR c.name IN (SELECT kind || ':' || generation_id FROM search_generations"
+            "                                 WHERE kind = %s AND state = 'serving')",
+            (fold, fold)).fetchone()[0], f"the {fold} fold caught up")
+    process = server.children()[f"projector:{fold}"]
     process.suspend()
     return process
 

@@ -43,7 +43,7 @@ def test_ingests_are_refused_while_the_folds_are_behind_and_accepted_once_they_c
     assert first.status_code == 202, first.text
     wait_resolved(client, first.json()["receipt_id"])
 
-    materializer = suspend_caught_up(own_server, "projector:materializer", "materializer")
+    materializer = suspend_caught_up(own_server, "materializer")
     try:
         # A fresh backlog is accepted: the limit is on the age of what waits, not on its size.
         assert ingest(client, corpus).status_code == 202
@@ -79,7 +79,7 @@ def test_embedding_that_lags_refuses_nothing(own_server, client):
     # Enrichment lags by design (record.enriched says when it caught up); only the folds on the way
     # to searchable count.
     corpus = create_corpus(client)
-    vectors = suspend_caught_up(own_server, "projector:vectors", "vectors:%")
+    vectors = suspend_caught_up(own_server, "vectors")
     try:
         waiting = ingest(client, corpus)
         assert waiting.status_code == 202, waiting.text

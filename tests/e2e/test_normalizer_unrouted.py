@@ -50,7 +50,7 @@ def test_a_blob_whose_route_a_rollback_removed_is_quarantined_as_normalizer_unro
         client = client_for(server, key_for(url, "org-unrouted"))
         corpus = create_corpus(client, f"unrouted-{uuid.uuid4().hex[:8]}")
         blob_id = verified_blob(client, b"ok\nread by no route\n", REQUIRED)["blob_id"]
-        stopped = suspend_caught_up(server, "projector:materializer", "materializer")
+        stopped = suspend_caught_up(server, "materializer")
         # part 2 "Plugin registration and plan": accepted while the active plan routes the media type
         # (the API's view of the plan follows the rollback within its poll)
         deadline = time.time() + 30

@@ -54,7 +54,7 @@ def client(own_server):
 @contextmanager
 def lexical_projector_paused(server: ServerProcess):
     """SIGSTOP the server's lexical projector: accepted Operations stay queued until it resumes."""
-    process = suspend_caught_up(server, "projector:lexical", "lexical:%")
+    process = suspend_caught_up(server, "lexical")
     try:
         yield
     finally:

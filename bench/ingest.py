@@ -15,7 +15,8 @@ all-actions key; it stops the service and drops the database at the end.
 
 Measurements (one run, one database), one module each:
   1. single ingest (ingest_single.py): POST /v0/records, concurrency 16,
-     --single requests.
+     --single requests; then how long until the last Receipts are resolved,
+     and their Versions searchable (also after phase 2).
   2. batch ingest (ingest_batch.py): POST /v0/records/batch, 100 entries each,
      concurrency 4, --batches batches.
   3. 202-to-resolved (ingest_resolve.py): --rate ingests per second for

@@ -83,7 +83,8 @@ def summary_text(report: dict[str, Any], result_path: Path) -> str:
                  f"errors {s['errors']['total']}"))
     rows.append(("  resolved after", f"{fmt(s['drain_after_phase']['seconds'])} s",
                  f"projector drain after singles (unresolved {s['drain_after_phase']['unresolved']}"
-                 f"/{s['drain_after_phase']['checked']} checked)"))
+                 f"/{s['drain_after_phase']['checked']} checked; searchable after "
+                 f"{fmt(s['drain_after_phase'].get('searchable_seconds'))} s)"))
     paused = res.get("single_folds_paused")
     if paused:
         rows.append(("  folds paused (ref.)", f"{fmt(paused['throughput_req_per_s'])} req/s",
@@ -94,7 +95,8 @@ def summary_text(report: dict[str, Any], result_path: Path) -> str:
                  f"ok {b['records_accepted_202']} rec  errors {b['errors']['total']}+{b['item_errors']['total']} items"))
     rows.append(("  accepted+resolved", f"{fmt(b['records_resolved_per_s_end_to_end'])} rec/s",
                  f"projector drain after batches {fmt(b['drain_after_phase']['seconds'])} s "
-                 f"(unresolved {b['drain_after_phase']['unresolved']}/{b['drain_after_phase']['checked']} checked)"))
+                 f"(unresolved {b['drain_after_phase']['unresolved']}/{b['drain_after_phase']['checked']} checked; "
+                 f"searchable after {fmt(b['drain_after_phase'].get('searchable_seconds'))} s)"))
     paused = res.get("batch_folds_paused")
     if paused:
         rows.append(("  folds paused (ref.)", f"{fmt(paused['records_per_s'])} rec/s",

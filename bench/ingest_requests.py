@@ -112,38 +112,55 @@ async def warm_up(client: LoadClient, path: str, bodies: list[bytes]) -> None:
     await asyncio.gather(*(client.post(path, b) for b in bodies), return_exceptions=True)
 
 
+SEARCHABLE_CHECKED = 16  # Receipts, the last of the sample, whose Versions the searchable wait reads
+
+
 async def wait_resolved(client: httpx.AsyncClient, receipt_ids: list[str], cap_s: float,
                         database_url: str | None = None) -> dict[str, Any]:
-    """Polls the given Receipts (every 50 ms, one at a time) until resolved or cap_s passes.
+    """Polls the given Receipts (every 50 ms, one at a time) until resolved, and then until their
+    Versions are searchable, or cap_s passes: `seconds` to resolved (the materializer's part),
+    `searchable_seconds` to searchable (the lexical fold's commit and publication too).
 
     Receipts still pending at the cap are counted exactly and, when the
     database is known, explained: their journal events, the receipts rows
     and the projectors' checkpoints against the journal head."""
     t0 = time.perf_counter()
     deadline = t0 + cap_s
-    left = list(receipt_ids)
     errors = Errors()
 
-    async def state_of(rid: str) -> str | None:
+    async def receipt(rid: str) -> dict:
         try:
             r = await client.get(f"/v0/ingestion-receipts/{rid}")
         except httpx.HTTPError as exc:
             errors.add(type(exc).__name__, str(exc))
-            return None
+            return {}
         if r.status_code != 200:
             errors.add(f"http_{r.status_code}", r.text)
-            return None
-        return r.json().get("state")
+            return {}
+        return r.json()
 
-    while left and time.perf_counter() < deadline:
-        if await state_of(left[0]) == "resolved":
-            left.pop(0)
-        else:
-            await asyncio.sleep(0.05)
-    waited = time.perf_counter() - t0
+    def resolved(r: dict) -> bool:
+        return r.get("state") == "resolved"
+
+    def searchable(r: dict) -> bool:
+        return resolved(r) and bool((r.get("availability") or {}).get("searchable"))
+
+    async def wait(left: list[str], done) -> tuple[list[str], float]:
+        while left and time.perf_counter() < deadline:
+            if done(await receipt(left[0])):
+                left.pop(0)
+            else:
+                await asyncio.sleep(0.05)
+        return left, time.perf_counter() - t0
+
+    left, waited = await wait(list(receipt_ids), resolved)
     if left:  # at the cap: which of the remaining ones are really still pending?
-        left = [rid for rid in left if await state_of(rid) != "resolved"]
+        left = [rid for rid in left if not resolved(await receipt(rid))]
+        unsearchable, searchable_after = [], None
+    else:  # the lexical fold publishes in journal order: the last accepted are searchable last
+        unsearchable, searchable_after = await wait(list(receipt_ids[-SEARCHABLE_CHECKED:]), searchable)
     out = {"checked": len(receipt_ids), "unresolved": len(left), "seconds": round(waited, 3),
+           "searchable_seconds": None if unsearchable or left else round(searchable_after, 3),
            "poll_errors": errors.report()}
     if left:
         out["unresolved_receipt_ids"] = left[:20]

@@ -154,14 +154,14 @@ async def wait_resolved(client: httpx.AsyncClient, receipt_ids: list[str], cap_s
         return left, time.perf_counter() - t0
 
     left, waited = await wait(list(receipt_ids), resolved)
+    searchable_after = None
     if left:  # at the cap: which of the remaining ones are really still pending?
         left = [rid for rid in left if not resolved(await receipt(rid))]
-        unsearchable, searchable_after = [], None
     else:  # the lexical fold publishes in journal order: the last accepted are searchable last
-        unsearchable, searchable_after = await wait(list(receipt_ids[-SEARCHABLE_CHECKED:]), searchable)
+        unsearchable, after = await wait(list(receipt_ids[-SEARCHABLE_CHECKED:]), searchable)
+        searchable_after = None if unsearchable else round(after, 3)
     out = {"checked": len(receipt_ids), "unresolved": len(left), "seconds": round(waited, 3),
-           "searchable_seconds": None if unsearchable or left else round(searchable_after, 3),
-           "poll_errors": errors.report()}
+           "searchable_seconds": searchable_after, "poll_errors": errors.report()}
     if left:
         out["unresolved_receipt_ids"] = left[:20]
         if database_url:

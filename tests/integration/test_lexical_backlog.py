@@ -10,12 +10,11 @@ Version still becomes current once, and only after the commit holding it.
 
 from __future__ import annotations
 
-import time
-
 import psycopg
 import pytest
 import tantivy
 
+from tests.conftest import until
 from tests.integration.stack import Stack, command, ingest_batch
 
 RECORDS = 500  # about 2,000 positions with the lexical fold down: four or five batches of 500
@@ -28,34 +27,27 @@ def stack(databases, tmp_path):
     s.close()
 
 
-def wait_for(condition, what: str, timeout: float = 60.0) -> None:
-    deadline = time.time() + timeout
-    while not condition():
-        assert time.time() < deadline, what
-        time.sleep(0.2)
-
-
 def test_a_backlog_is_one_index_commit_published_batch_by_batch(stack):
     assert stack.client.post("/v0/corpora", json={"idempotency_key": "c", "corpus_id": "backlog", "name": "b"}
                              ).status_code == 201
-    wait_for(lambda: stack.log_count("lexical_generation_open") >= 1, "the lexical fold never opened its index")
+    until(lambda: stack.log_count("lexical_generation_open") >= 1, "the lexical fold opening its index")
     stack.kill("lexical")
     receipts: list[str] = []
     for b in range(0, RECORDS, 100):
         receipts += ingest_batch(stack.client, [command("backlog", f"r{i}", f"backlog word{i} text")
                                                 for i in range(b, b + 100)])
     with psycopg.connect(stack.url, autocommit=True) as conn:
-        wait_for(lambda: conn.execute("SELECT count(*) FROM versions v JOIN receipts r ON r.version_id = v.version_id"
-                                      " WHERE r.receipt_id = ANY(%s)", (receipts,)).fetchone()[0] == RECORDS,
-                 "the materializer did not accept every Version")
+        def versions(condition: str) -> bool:  # every Version of the backlog, under `condition`
+            return conn.execute("SELECT count(*) FROM versions v JOIN receipts r ON r.version_id = v.version_id"
+                                f" WHERE r.receipt_id = ANY(%s) AND {condition}", (receipts,)).fetchone()[0] == RECORDS
+
+        until(lambda: versions("true"), "the materializer accepting every Version", timeout=60)
         start, backlog_head = conn.execute(
             "SELECT (SELECT position FROM projector_checkpoints WHERE name LIKE 'lexical:%%'),"
             " (SELECT max(position) FROM journal)").fetchone()
 
         stack.restart("lexical")
-        wait_for(lambda: conn.execute("SELECT count(*) FROM versions v JOIN receipts r ON r.version_id = v.version_id"
-                                      " WHERE r.receipt_id = ANY(%s) AND v.searchable", (receipts,)).fetchone()[0]
-                 == RECORDS, "not every Version became searchable")
+        until(lambda: versions("v.searchable"), "every Version searchable", timeout=60)
         # The transactions that appended the backlog's retrieval_ready events (xmin: the writer's).
         ready = conn.execute(
             "SELECT count(*), count(DISTINCT xmin::text) FROM journal WHERE kind = 'record.availability_changed'"
@@ -63,6 +55,8 @@ def test_a_backlog_is_one_index_commit_published_batch_by_batch(stack):
             " AND position > %s", (backlog_head,)).fetchone()
         [(generation,)] = conn.execute("SELECT generation_id FROM search_generations"
                                        " WHERE kind = 'lexical' AND state = 'serving'").fetchall()
+        [(record_id,)] = conn.execute("SELECT record_id FROM receipts WHERE receipt_id = %s",
+                                      (receipts[437],)).fetchall()
 
     batches = -(-(backlog_head - start) // 500)
     assert batches >= 3, (start, backlog_head)  # the backlog spans several batches
@@ -73,8 +67,5 @@ def test_a_backlog_is_one_index_commit_published_batch_by_batch(stack):
     # A commit makes a segment: one per batch before (fewer than 8, so none merged yet), one for
     # the whole backlog now (two if a loaded machine took more than GATHER_SECONDS to gather it).
     assert searcher.num_segments <= batches // 2, (searcher.num_segments, batches)
-    with psycopg.connect(stack.url) as conn:
-        [(record_id,)] = conn.execute("SELECT record_id FROM receipts WHERE receipt_id = %s",
-                                      (receipts[437],)).fetchall()
     hits = stack.client.post("/v0/search", json={"query": "word437", "corpus_ids": ["backlog"], "mode": "lexical"})
     assert [h["record_id"] for h in hits.json()["items"]] == [record_id]

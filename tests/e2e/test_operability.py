@@ -66,6 +66,22 @@ def test_projector_status_shows_position_and_lag(server, database_url, api):
     assert "materializer" in out.stdout and "readmodel" in out.stdout and "journal head" in out.stdout
 
 
+def test_the_log_names_a_server_that_runs_no_autovacuum(server, database_url):
+    # README "Set up and run": a server of one's own keeps autovacuum on; where it is off (as on a
+    # server some operators run), the gc worker says so at start, with what it costs and the fix.
+    with psycopg.connect(database_url) as conn:
+        stopped = [name for name in ("autovacuum", "track_counts")
+                   if conn.execute(f"SHOW {name}").fetchone()[0] == "off"]
+    until(lambda: any(line.get("event") == "projector_started" and line.get("projector") == "gc"
+                      for line in json_lines(server.log_path)), "the gc worker's start")
+    warned = [line for line in json_lines(server.log_path) if line.get("event") == "autovacuum_off"]
+    if stopped:
+        assert warned and warned[0]["level"] == "warning" and warned[0]["settings"] == stopped
+        assert "ALTER SYSTEM SET autovacuum = on" in warned[0]["fix"] and "dead rows" in warned[0]["effect"]
+    else:
+        assert warned == []
+
+
 def _least_niceness(pid: int) -> int:
     """The niceness of the process's least nice thread: on Linux each thread has its own, and a
     thread started before the process was reniced (numpy's BLAS worker) keeps the one it had."""

@@ -50,13 +50,13 @@ from contentsvc.projectors.statistics import (
     STATISTICS_INTERVAL_SECONDS,
     YOUNG_INTERVAL_SECONDS,
     analyze_grown_tables,
-    autovacuum_stopped_by,
     vacuum_queue_tables,
 )
 from contentsvc.readmodel.fold import fold
 from contentsvc.readmodel.uploads import hold_storage_key
 from contentsvc.search import generations
 from contentsvc.storage.blobstore import check_key
+from contentsvc.storage.server_settings import say_what_the_server_lacks
 
 log = get_logger("contentsvc.gc")
 
@@ -265,13 +265,8 @@ class GarbageCollector(PeriodicWorker):
         self._young_due = 0.0  # of the next look at the young ones
 
     async def open(self, conn: AsyncConnection) -> None:
-        # Said where an operator looks first; the README's set-up says to keep autovacuum on.
-        if stopped_by := await autovacuum_stopped_by(conn):
-            log.warning("autovacuum_off", settings=stopped_by,
-                        effect="dead rows of the read tables are never reclaimed, so they grow with every update;"
-                               " planner statistics and the queue tables are still kept up by this worker",
-                        fix="turn autovacuum on in the PostgreSQL server (ALTER SYSTEM SET autovacuum = on;"
-                            " ALTER SYSTEM SET track_counts = on; SELECT pg_reload_conf())")
+        # One process of a deployment says it, once at start (and after a reconnection).
+        await say_what_the_server_lacks(conn)
 
     async def step(self, conn: AsyncConnection) -> bool:
         now = time.monotonic()

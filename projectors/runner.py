@@ -34,6 +34,7 @@ from contentsvc.logging import get_logger
 from contentsvc.projectors.base import Projector
 from contentsvc.storage.availability import OutageLog, connection_options, unreachable
 from contentsvc.storage.heap import freeze_start_up_heap
+from contentsvc.storage.server_settings import keep_commits_durable
 
 log = get_logger("contentsvc.projector")
 
@@ -59,6 +60,9 @@ async def _connection(url: str, projector: Projector, settings: DatabaseSettings
     conn = await AsyncConnection.connect(url, autocommit=True, **connection_options(
         settings, f"contentsvc projector {projector.name}", bounded_statements=False, fold=True))
     try:
+        # Its appends are read by others at once (the change feed): a crash must not take back a
+        # position a client has seen.
+        await keep_commits_durable(conn)
         yield conn
     finally:
         await conn.close()

@@ -51,17 +51,6 @@ ORDER BY s.relname
 """
 
 
-async def autovacuum_stopped_by(conn: AsyncConnection) -> list[str]:
-    """The server's settings, as this connection sees them, that keep autovacuum from running
-    (`autovacuum`, or `track_counts`, whose counts it acts on, off); none where it runs. The
-    service keeps only planner statistics and its queue tables up without it: every other
-    table's dead rows stay (`versions` reached three times its live size on such a server)."""
-    async with conn.transaction():
-        cur = await conn.execute("SELECT name FROM pg_settings WHERE name IN ('autovacuum', 'track_counts')"
-                                 " AND setting = 'off' ORDER BY name")
-        return [name for (name,) in await cur.fetchall()]
-
-
 async def analyze_grown_tables(conn: AsyncConnection, young_only: bool = False) -> list[str]:
     """ANALYZE every table of the current schema changed enough since its last ANALYZE
     (autovacuum's rule), or only the young ones; the tables analyzed. `conn` is outside any

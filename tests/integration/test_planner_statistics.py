@@ -9,12 +9,7 @@ import uuid
 import psycopg
 from psycopg import conninfo, sql
 
-from contentsvc.projectors.statistics import (
-    YOUNG_TABLE_ROWS,
-    analyze_grown_tables,
-    autovacuum_stopped_by,
-    vacuum_queue_tables,
-)
+from contentsvc.projectors.statistics import YOUNG_TABLE_ROWS, analyze_grown_tables, vacuum_queue_tables
 
 GROWN = 5000  # rows: past autovacuum's default rule for an empty table (50 + 10% of 0)
 FEW = 20  # below it
@@ -167,22 +162,3 @@ def test_a_queue_table_of_dead_rows_is_vacuumed_and_one_without_is_left(database
                                          " WHERE relname = 'monitor_evaluations'").fetchone()
     assert vacuumed_at is not None and dead == 0
 
-
-async def _stopped_by(url: str) -> list[str]:
-    async with await psycopg.AsyncConnection.connect(url) as conn:
-        stopped = await autovacuum_stopped_by(conn)
-        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # the gc worker VACUUMs next
-        return stopped
-
-
-def test_settings_that_stop_autovacuum_are_named(databases):
-    # The gc worker's start-up warning (README "Set up and run": keep autovacuum on) names each
-    # setting that keeps autovacuum from running: the server's own, and track_counts, which a
-    # database may set for itself.
-    url = databases.create()
-    with psycopg.connect(url, autocommit=True) as conn:
-        server_off = conn.execute("SHOW autovacuum").fetchone()[0] == "off"
-        database = conn.execute("SELECT current_database()").fetchone()[0]
-        assert asyncio.run(_stopped_by(url)) == (["autovacuum"] if server_off else [])
-        conn.execute(sql.SQL("ALTER DATABASE {} SET track_counts = off").format(sql.Identifier(database)))
-    assert asyncio.run(_stopped_by(url)) == (["autovacuum", "track_counts"] if server_off else ["track_counts"])

@@ -19,6 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 from contentsvc.config import Settings
 from contentsvc.config.settings import DatabaseSettings
 from contentsvc.storage.availability import DatabaseWatch, StorageUnavailable, answer_within, connection_options
+from contentsvc.storage.server_settings import keep_commits_durable
 from contentsvc.logging import get_logger
 
 log = get_logger("contentsvc.storage.database")
@@ -57,7 +58,7 @@ class BoundedPool(AsyncConnectionPool):
         # connection goes back); commands open theirs explicitly.
         kwargs = {"autocommit": True, **connection_options(settings, application_name, bounded_statements=True)}
         super().__init__(url, min_size=min_size, max_size=max_size, open=False,
-                         timeout=float(settings.pool_wait_seconds), kwargs=kwargs)
+                         timeout=float(settings.pool_wait_seconds), kwargs=kwargs, configure=keep_commits_durable)
         self.unresponsive_seconds = float(settings.unresponsive_seconds)
         self.watch = watch
         # During an outage the pool and psycopg note each failed connect, cancellation and dropped

@@ -11,7 +11,7 @@ from contentsvc.config.settings import DatabaseSettings
 from contentsvc.projectors.base import Projector
 from contentsvc.projectors.runner import _connection
 from contentsvc.storage.database import BoundedPool
-from contentsvc.storage.server_settings import autovacuum_stopped_by, durability_lost_by
+from contentsvc.storage.server_settings import AUTOVACUUM, DURABILITY, lacking
 
 
 def _database_with(databases, **defaults: str) -> str:
@@ -63,7 +63,7 @@ def test_an_operators_durable_level_is_kept(databases):
 
 async def _named(url: str) -> tuple[list[str], list[str]]:
     async with await psycopg.AsyncConnection.connect(url) as conn:
-        named = await autovacuum_stopped_by(conn), await durability_lost_by(conn)
+        named = await lacking(conn, AUTOVACUUM), await lacking(conn, DURABILITY)
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # the gc worker VACUUMs next
         return named
 

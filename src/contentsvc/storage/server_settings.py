@@ -10,6 +10,8 @@ start by the gc worker, with the fix (`say_what_the_server_lacks`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from psycopg import AsyncConnection
 
 from contentsvc.logging import get_logger
@@ -29,37 +31,42 @@ async def keep_commits_durable(conn: AsyncConnection) -> None:
     await conn.execute(_DURABLE_COMMITS)
 
 
-async def _off(conn: AsyncConnection, names: list[str]) -> list[str]:
+@dataclass(frozen=True)
+class Want:
+    """Settings the deployment needs on, and what to say where one is off."""
+
+    event: str
+    settings: tuple[str, ...]
+    effect: str
+    fix: str
+
+
+DURABILITY = Want(
+    "commits_not_durable", ("fsync", "full_page_writes"),
+    effect="a crash of the database server's machine can lose or corrupt writes that were answered as accepted (202)",
+    fix="turn them on in the PostgreSQL server (ALTER SYSTEM SET fsync = on; ALTER SYSTEM SET full_page_writes = on;"
+        " SELECT pg_reload_conf())")
+# track_counts: the counts autovacuum acts on. Without autovacuum the service keeps only planner
+# statistics and its queue table up: every other table's dead rows stay (`versions` reached three
+# times its live size on such a server).
+AUTOVACUUM = Want(
+    "autovacuum_off", ("autovacuum", "track_counts"),
+    effect="dead rows of the read tables are never reclaimed, so they grow with every update; planner statistics"
+           " and the queue table are still kept up by the gc worker",
+    fix="turn autovacuum on in the PostgreSQL server (ALTER SYSTEM SET autovacuum = on;"
+        " ALTER SYSTEM SET track_counts = on; SELECT pg_reload_conf())")
+
+
+async def lacking(conn: AsyncConnection, want: Want) -> list[str]:
+    """The wanted settings that are off, as this connection sees them; `conn` is left outside any
+    transaction."""
     async with conn.transaction():
-        cur = await conn.execute(_OFF, (names,))
+        cur = await conn.execute(_OFF, (list(want.settings),))
         return [name for (name,) in await cur.fetchall()]
 
 
-async def autovacuum_stopped_by(conn: AsyncConnection) -> list[str]:
-    """The settings, as this connection sees them, that keep autovacuum from running
-    (`autovacuum`, or `track_counts`, whose counts it acts on, off); none where it runs. The
-    service keeps only planner statistics and its queue table up without it: every other
-    table's dead rows stay (`versions` reached three times its live size on such a server)."""
-    return await _off(conn, ["autovacuum", "track_counts"])
-
-
-async def durability_lost_by(conn: AsyncConnection) -> list[str]:
-    """The server's settings that let a crash of its machine lose or corrupt committed writes."""
-    return await _off(conn, ["fsync", "full_page_writes"])
-
-
 async def say_what_the_server_lacks(conn: AsyncConnection) -> None:
-    """One warning for each want, naming the settings and the fix. `conn` is left outside any
-    transaction."""
-    if lost_by := await durability_lost_by(conn):
-        log.warning("commits_not_durable", settings=lost_by,
-                    effect="a crash of the database server's machine can lose or corrupt writes that were"
-                           " answered as accepted (202)",
-                    fix="turn them on in the PostgreSQL server (ALTER SYSTEM SET fsync = on;"
-                        " ALTER SYSTEM SET full_page_writes = on; SELECT pg_reload_conf())")
-    if stopped_by := await autovacuum_stopped_by(conn):
-        log.warning("autovacuum_off", settings=stopped_by,
-                    effect="dead rows of the read tables are never reclaimed, so they grow with every update;"
-                           " planner statistics and the queue table are still kept up by the gc worker",
-                    fix="turn autovacuum on in the PostgreSQL server (ALTER SYSTEM SET autovacuum = on;"
-                        " ALTER SYSTEM SET track_counts = on; SELECT pg_reload_conf())")
+    """One warning for each want the server lacks, naming its settings and the fix."""
+    for want in (DURABILITY, AUTOVACUUM):
+        if off := await lacking(conn, want):
+            log.warning(want.event, settings=off, effect=want.effect, fix=want.fix)

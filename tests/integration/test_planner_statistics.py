@@ -161,4 +161,3 @@ def test_a_queue_table_of_dead_rows_is_vacuumed_and_one_without_is_left(database
         vacuumed_at, dead = conn.execute("SELECT last_vacuum, n_dead_tup FROM pg_stat_user_tables"
                                          " WHERE relname = 'monitor_evaluations'").fetchone()
     assert vacuumed_at is not None and dead == 0
-

@@ -4,8 +4,8 @@ A command's answer says its writes are durable (part 1 rules 1, 3 and 17: commit
 before the 202). A session whose server or database default is `synchronous_commit = off` would
 answer before its commit's WAL reaches the disk, so every connection that writes raises it for
 itself (`keep_commits_durable`). What a session cannot change (`fsync`, `full_page_writes`:
-the server's) and what the deployment relies on the server for (autovacuum) is said once at
-start by the gc worker, with the fix (`say_what_the_server_lacks`).
+the server's) and what the deployment relies on the server for (autovacuum) is said at start
+by the gc worker, with the fix (`say_what_the_server_lacks`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from psycopg import sql
 from contentsvc.config.settings import DatabaseSettings
 from contentsvc.projectors.base import Projector
 from contentsvc.projectors.runner import _connection
-from contentsvc.storage.database import BoundedPool
+from contentsvc.storage.database import BoundedPool, connect
 from contentsvc.storage.server_settings import AUTOVACUUM, DURABILITY, lacking
 
 
@@ -53,6 +53,10 @@ def test_a_database_that_commits_asynchronously_still_commits_durably_for_the_se
     with psycopg.connect(url) as conn:  # a session of anyone else keeps the database's default
         assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "off"
     assert asyncio.run(_synchronous_commit_of_service_connections(url)) == ("on", "on")
+    for autocommit in (True, False):  # a one-shot command's (`keys create` prints what it committed)
+        with connect(url, autocommit=autocommit) as conn:
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
 
 
 def test_an_operators_durable_level_is_kept(databases):

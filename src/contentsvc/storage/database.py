@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 from contentsvc.config import Settings
 from contentsvc.config.settings import DatabaseSettings
 from contentsvc.storage.availability import DatabaseWatch, StorageUnavailable, answer_within, connection_options
-from contentsvc.storage.server_settings import keep_commits_durable
+from contentsvc.storage.server_settings import DURABLE_COMMITS, keep_commits_durable
 from contentsvc.logging import get_logger
 
 log = get_logger("contentsvc.storage.database")
@@ -44,7 +44,12 @@ async def database_now(conn: AsyncConnection):
 
 
 def connect(url: str, **kwargs) -> psycopg.Connection:
-    return psycopg.connect(url, **kwargs)
+    """A one-shot command's connection (a key it prints must outlive a crash of the server)."""
+    conn = psycopg.connect(url, **kwargs)
+    conn.execute(DURABLE_COMMITS)
+    if not conn.autocommit:
+        conn.commit()  # the session's setting stays; no transaction is left open
+    return conn
 
 
 class BoundedPool(AsyncConnectionPool):

@@ -3,7 +3,7 @@
 A command's answer says its writes are durable (part 1 rules 1, 3 and 17: committed durably
 before the 202). A session whose server or database default is `synchronous_commit = off` would
 answer before its commit's WAL reaches the disk, so every connection that writes raises it for
-itself (`keep_commits_durable`). What a session cannot change (`fsync`, `full_page_writes`:
+itself (`keep_commits_durable`; the one-shot commands' `storage.database.connect` too). What a session cannot change (`fsync`, `full_page_writes`:
 the server's) and what the deployment relies on the server for (autovacuum) is said at start
 by the gc worker, with the fix (`say_what_the_server_lacks`).
 """
@@ -20,7 +20,7 @@ log = get_logger("contentsvc.storage.server_settings")
 
 # Only `off` is raised: `local` and the remote levels flush the local WAL too, and an operator's
 # choice among them stands.
-_DURABLE_COMMITS = ("SELECT set_config('synchronous_commit', 'on', false)"
+DURABLE_COMMITS = ("SELECT set_config('synchronous_commit', 'on', false)"
                     " WHERE current_setting('synchronous_commit') = 'off'")
 
 _OFF = "SELECT name FROM pg_settings WHERE name = ANY(%s) AND setting = 'off' ORDER BY name"
@@ -28,7 +28,7 @@ _OFF = "SELECT name FROM pg_settings WHERE name = ANY(%s) AND setting = 'off' OR
 
 async def keep_commits_durable(conn: AsyncConnection) -> None:
     """For an autocommit connection that is about to write: its commits wait for their WAL."""
-    await conn.execute(_DURABLE_COMMITS)
+    await conn.execute(DURABLE_COMMITS)
 
 
 @dataclass(frozen=True)

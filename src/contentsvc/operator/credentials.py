@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import sys
 
-import psycopg
 from psycopg.types.json import Jsonb
 
 from contentsvc.config import Settings
 from contentsvc.connectors.credentials import open_credential, seal_credential
 from contentsvc.storage import sealed
+from contentsvc.storage.database import connect
 
 
 def rewrap(url: str, settings: Settings) -> int:
@@ -22,7 +22,8 @@ def rewrap(url: str, settings: Settings) -> int:
         return 2
     current = settings.connectors.credential_key_id
     rewrapped = unreadable = 0
-    with psycopg.connect(url) as conn:
+    # Durable before it reports: the operator drops the retired key on the strength of the report.
+    with connect(url) as conn:
         ids = [r[0] for r in conn.execute("SELECT connector_id FROM connectors WHERE credential IS NOT NULL"
                                           " AND credential->>'key_id' <> %s ORDER BY connector_id", (current,))]
         conn.commit()

@@ -44,7 +44,8 @@ async def database_now(conn: AsyncConnection):
 
 
 def connect(url: str, **kwargs) -> psycopg.Connection:
-    """A one-shot command's connection (a key it prints must outlive a crash of the server)."""
+    """A one-shot command's connection: what it reports done (a key it prints, credentials it
+    rewrapped) must outlive a crash of the server (storage/server_settings.py)."""
     conn = psycopg.connect(url, **kwargs)
     conn.execute(DURABLE_COMMITS)
     if not conn.autocommit:

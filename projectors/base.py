@@ -71,6 +71,10 @@ class Projector(ABC):
     # (runner.Pace; None: the runner's 50 ms). Longer for a fold whose every step has a high
     # fixed cost, such as an index commit.
     coalesce_seconds: ClassVar[float | None] = None
+    # Whether it rests between steps while it is behind in a burst of ingests (runner.IngestBurst):
+    # the journal's folds do; a worker whose work is waiting on others (deliveries, connectors,
+    # plugins) does not.
+    rests_in_ingest_bursts: ClassVar[bool] = False
     # Work of its own that outlives a step and uses the step's connection in transactions of its
     # own (the connectors worker's runs): the runner then leaves an open transaction alone.
     runs_beside_steps: ClassVar[bool] = False
@@ -156,6 +160,8 @@ class PeriodicWorker(Projector):
 class TableFold(Projector):
     """A fold whose output is Postgres rows, written in the checkpoint's transaction."""
 
+    rests_in_ingest_bursts = True
+
     @abstractmethod
     async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
         """Fold a batch inside the open transaction; idempotent per event (a replay re-applies)."""
@@ -187,6 +193,8 @@ class TableFold(Projector):
 
 class ExternalFold(Projector):
     """A fold that works outside the database and then commits its checkpoint itself."""
+
+    rests_in_ingest_bursts = True
 
     def __init__(self) -> None:
         self.position = 0  # what the output reflects: the next batch is read after it

@@ -110,17 +110,81 @@ class Pace:
         return len(self._wakes) == self.BUSY_WAKES and now - self._wakes[0] < 1.0
 
 
+class IngestBurst:
+    """Whether a fold that is behind should rest before its next step, leaving the cores to the
+    API while a burst of ingests arrives.
+
+    Accepting is the service's promise and folding its debt (a 202 says a write will be
+    processed, not when): on two cores a fold at full speed halves the accept rate, and niceness
+    alone cannot stop it, since its PostgreSQL backend runs at the server's priority. So while a
+    fold is behind and ingests (or withdrawals) keep being appended, it rests REST_FACTOR times as
+    long as its step took (at most MAX_REST_SECONDS), outside any transaction, so that it holds no
+    lock meanwhile. Only for the first `seconds` it is behind: under a load it cannot keep up
+    with at a fraction of its speed, it then folds at full speed again, and the backlog's 429
+    (api/backlog.py) stays the bound. A fold that catches up starts a new burst's count.
+
+    Each burst it rests in is logged twice: `projector_resting` when it first rests, and
+    `projector_rest_ended` (why, and how long it rested) when it catches up or its time is spent."""
+
+    REST_FACTOR = 5.0
+    MAX_REST_SECONDS = 1.0
+    CHANNELS = (f"{NOTIFY_CHANNEL}_ingest", f"{NOTIFY_CHANNEL}_withdrawal")
+
+    def __init__(self, projector: str, seconds: float) -> None:
+        self.projector = projector
+        self.seconds = seconds
+        self._arriving = False
+        self._behind_since: float | None = None
+        self._rested: float | None = None  # this burst's rests so far; None: none yet
+
+    def heard(self, channel: str) -> None:
+        self._arriving = self._arriving or channel in self.CHANNELS
+
+    def rest_after(self, step_seconds: float, more: bool, now: float) -> float:
+        """How long to rest after a step that took `step_seconds` and left `more` to fold."""
+        arriving, self._arriving = self._arriving, False
+        if not more:
+            self._behind_since = None
+            self._end("caught_up")
+            return 0.0
+        if self._behind_since is None:
+            self._behind_since = now
+        if now - self._behind_since >= self.seconds:
+            self._end("burst_time_spent")
+            return 0.0
+        if not arriving:
+            return 0.0
+        rest = min(self.MAX_REST_SECONDS, self.REST_FACTOR * step_seconds)
+        if self._rested is None:
+            self._rested = 0.0
+            log.info("projector_resting", projector=self.projector, for_at_most_seconds=self.seconds)
+        self._rested += rest
+        return rest
+
+    def _end(self, reason: str) -> None:
+        if self._rested is not None:
+            log.info("projector_rest_ended", projector=self.projector, reason=reason,
+                     rested_seconds=round(self._rested, 3))
+            self._rested = None
+
+
+async def _take_notifications(conn: AsyncConnection, burst: IngestBurst) -> None:
+    """The notifications already received: the step that follows reads past all of them."""
+    async for notice in conn.notifies(timeout=0):
+        burst.heard(notice.channel)
+
+
 async def _wait_for_commit(conn: AsyncConnection, poll_seconds: float, coalesce_seconds: float,
-                           pace: Pace) -> None:
+                           pace: Pace, burst: IngestBurst) -> None:
     """Until the next journal commit (or the poll interval); then, when commits come quickly,
     let a few more gather, so that a busy journal is folded in batches rather than one per append."""
     woken = False
-    async for _ in conn.notifies(timeout=poll_seconds, stop_after=1):
+    async for notice in conn.notifies(timeout=poll_seconds, stop_after=1):
+        burst.heard(notice.channel)
         woken = True
     if woken and pace.busy_after_wake(time.monotonic()):
         await asyncio.sleep(coalesce_seconds)
-        async for _ in conn.notifies(timeout=0):
-            pass
+    await _take_notifications(conn, burst)
 
 
 async def _end_open_transaction(conn: AsyncConnection, projector: Projector) -> None:
@@ -133,10 +197,17 @@ async def _end_open_transaction(conn: AsyncConnection, projector: Projector) -> 
         await conn.rollback()
 
 
-def wake_channels(projector: Projector) -> list[str]:
-    """The journal channels a worker listens to (schema/025): every append, or its families'."""
+def resting_seconds(projector: Projector, ingest_burst_seconds: float) -> float:
+    """How long into a burst of ingests this projector rests while behind (IngestBurst): a fold
+    woken by every append does; a worker (woken by its families alone, or by nothing) never."""
+    return ingest_burst_seconds if projector.rests_in_ingest_bursts and projector.wakes_on is None else 0
+
+
+def wake_channels(projector: Projector, resting: float = 0) -> list[str]:
+    """The journal channels a worker listens to (schema/025): every append, or its families';
+    and, for a fold that rests in bursts (`resting` seconds), the ingests' (IngestBurst)."""
     if projector.wakes_on is None:
-        return [NOTIFY_CHANNEL]
+        return [NOTIFY_CHANNEL, *(IngestBurst.CHANNELS if resting else ())]
     return [f"{NOTIFY_CHANNEL}_{family}" for family in projector.wakes_on]
 
 
@@ -162,12 +233,15 @@ async def run(
     settings: DatabaseSettings | None = None,
     process: str | None = None,
     niceness: int = 0,
+    ingest_burst_seconds: float = 0.0,
 ) -> None:
     """Fold (or work) until `stop`, through database outages; once started, the process is
-    reniced by `niceness` (see Projector.niceness_above_background)."""
+    reniced by `niceness` (see Projector.niceness_above_background). A fold that rests in
+    bursts does so for `ingest_burst_seconds` of each (IngestBurst; 0: never)."""
     stop = stop or asyncio.Event()
     settings = settings or DatabaseSettings()
     outage = OutageLog(process or f"projector:{projector.name}")
+    resting = resting_seconds(projector, ingest_burst_seconds)
     started = False
     delay = retry_first_seconds
     while not stop.is_set():
@@ -176,7 +250,7 @@ async def run(
             # session between its transactions, and psycopg keeps the ones that arrive during a
             # step for the next wait. Every process of a deployment holds one connection, not two.
             async with _connection(url, projector, settings) as work:
-                for channel in wake_channels(projector):
+                for channel in wake_channels(projector, resting):
                     await work.execute(f"LISTEN {channel}")
                 if projector.single_instance and not await _take_lock(work, projector, poll_seconds, stop):
                     return
@@ -190,13 +264,20 @@ async def run(
                         _renice(niceness)
                 if outage.back():
                     delay = retry_first_seconds
-                pace = Pace()
+                pace, burst = Pace(), IngestBurst(projector.name, resting)
                 while not stop.is_set():
+                    started_step = time.monotonic()
                     more = await projector.step(work)
                     await _end_open_transaction(work, projector)
-                    if not more:
+                    if more:
+                        await _take_notifications(work, burst)
+                    now = time.monotonic()
+                    rest = burst.rest_after(now - started_step, more, now)
+                    if rest:
+                        await _sleep_unless_stopped(rest, stop)
+                    elif not more:
                         await _wait_for_commit(work, min(poll_seconds, projector.idle_poll_seconds() or poll_seconds),
-                                               projector.coalesce_seconds or coalesce_seconds, pace)
+                                               projector.coalesce_seconds or coalesce_seconds, pace, burst)
             return
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if not connection_lost(exc):

@@ -246,7 +246,8 @@ def _run_fold(kind, settings: Settings) -> int:
         process = f"{kind.role}:{kind.name}"
         niceness = min(19, settings.processes.background_niceness + projector.niceness_above_background)
         asyncio.run(run(_database_url(settings, process=process), projector, settings=settings.database,
-                        process=process, niceness=niceness))
+                        process=process, niceness=niceness,
+                        ingest_burst_seconds=settings.processes.ingest_burst_seconds))
     except KeyboardInterrupt:
         pass
     return 0

@@ -1,13 +1,21 @@
 """Which journal appends wake a worker (projectors/runner.py, schema/025): folds listen to every
-append, workers that act on a few event families to those families' channels alone."""
+append, workers that act on a few event families to those families' channels alone; and when a
+fold rests in a burst of ingests (runner.IngestBurst)."""
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from contentsvc.connectors.worker import ConnectorsWorker
+from contentsvc.monitoring.deliverer import DeliveriesWorker
+from contentsvc.monitoring.monitor import MonitorWorker
 from contentsvc.plugins.workers import PluginsWorker
 from contentsvc.projectors.gc import GarbageCollector
 from contentsvc.projectors.lexical import LexicalProjector
-from contentsvc.projectors.runner import Pace, wake_channels
+from contentsvc.projectors.materializer import MaterializerProjector
+from contentsvc.projectors.readmodel import ReadModelProjector
+from contentsvc.projectors.runner import IngestBurst, Pace, resting_seconds, wake_channels
 
 
 def test_a_fold_listens_to_every_append():
@@ -29,3 +37,47 @@ def test_commits_are_gathered_only_while_they_come_quickly():
     assert not any(pace.busy_after_wake(t * 0.3) for t in range(20))  # about three a second: quiet
     assert [pace.busy_after_wake(10 + t * 0.01) for t in range(Pace.BUSY_WAKES)][-1]  # eight within 80 ms
     assert not pace.busy_after_wake(15.0)  # after a pause, the next one is quiet again
+
+
+def test_the_journals_folds_rest_in_bursts_and_workers_do_not():
+    for fold in (MaterializerProjector, ReadModelProjector, LexicalProjector, MonitorWorker):
+        assert resting_seconds(fold, 10) == 10
+        assert wake_channels(fold, 10) == ["contentsvc_journal", "contentsvc_journal_ingest",
+                                           "contentsvc_journal_withdrawal"]
+    # Deliveries wait on receivers, not on the cores; the others are woken by their families alone.
+    for worker in (DeliveriesWorker, ConnectorsWorker, PluginsWorker, GarbageCollector):
+        assert resting_seconds(worker, 10) == 0
+    assert wake_channels(DeliveriesWorker, resting_seconds(DeliveriesWorker, 10)) == ["contentsvc_journal"]
+    assert resting_seconds(LexicalProjector, 0) == 0  # [processes] ingest_burst_seconds = 0: never
+
+
+def test_a_fold_rests_only_while_behind_and_ingests_arrive():
+    burst = IngestBurst("fold", seconds=10)
+    assert burst.rest_after(0.02, more=True, now=0.0) == 0  # behind, but nothing arrives
+    burst.heard("contentsvc_journal")  # another fold's commit is not an ingest
+    assert burst.rest_after(0.02, more=True, now=0.1) == 0
+    burst.heard("contentsvc_journal_ingest")
+    assert burst.rest_after(0.02, more=True, now=0.2) == 0.02 * IngestBurst.REST_FACTOR
+    burst.heard("contentsvc_journal_withdrawal")
+    assert burst.rest_after(0.5, more=True, now=0.5) == IngestBurst.MAX_REST_SECONDS  # capped
+    burst.heard("contentsvc_journal_ingest")
+    assert burst.rest_after(0.02, more=False, now=2.0) == 0  # caught up: no rest
+    burst.heard("contentsvc_journal_ingest")
+    assert burst.rest_after(0.02, more=True, now=20.0) > 0  # a new burst counts from its start
+
+
+@given(st.lists(st.tuples(st.floats(0, 2), st.booleans(), st.booleans(), st.floats(0, 3)), max_size=60),
+       st.integers(0, 30))
+def test_rests_are_bounded_and_end_when_the_bursts_time_is_spent(steps, seconds):
+    burst = IngestBurst("fold", seconds=seconds)
+    now, behind_since = 0.0, None
+    for step_seconds, more, ingest_arrived, pause in steps:
+        now += step_seconds + pause
+        if ingest_arrived:
+            burst.heard("contentsvc_journal_ingest")
+        rest = burst.rest_after(step_seconds, more, now)
+        behind_since = (behind_since if behind_since is not None else now) if more else None
+        assert 0 <= rest <= min(IngestBurst.MAX_REST_SECONDS, IngestBurst.REST_FACTOR * step_seconds)
+        if rest:
+            assert more and ingest_arrived and now - behind_since < seconds
+        now += rest

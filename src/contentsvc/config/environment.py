@@ -88,6 +88,7 @@ OVERRIDES = (
     EnvOverride("CONTENTSVC_GC_RETIRED_GENERATION_GRACE", ("gc", "retired_generation_grace_seconds"), _duration),
     EnvOverride("CONTENTSVC_GC_INTERVAL", ("gc", "interval_seconds"), _duration),
     EnvOverride("CONTENTSVC_BACKGROUND_NICENESS", ("processes", "background_niceness"), _integer),
+    EnvOverride("CONTENTSVC_INGEST_BURST_SECONDS", ("processes", "ingest_burst_seconds"), _duration),
     EnvOverride("CONTENTSVC_MAX_INGEST_BACKLOG", ("ingest", "max_backlog_seconds"), _duration),
     EnvOverride("CONTENTSVC_URL", ("client", "url"), _text),
     EnvOverride("CONTENTSVC_API_KEY", ("client", "api_key"), _text),

@@ -1,0 +1,101 @@
+"""A fold behind a burst of ingests rests between its steps, on a real PostgreSQL
+(projectors/runner.py IngestBurst, docs/decisions.md "Folds rest in bursts of ingests").
+
+- While it is behind and withdrawals keep being appended (real `withdrawal.accepted` events,
+  announced by the journal's own NOTIFY), the fold rests, and still folds every event exactly
+  once; when they stop it catches up and says so (`projector_rest_ended`, `caught_up`).
+- Past its burst time it folds on without resting although they keep coming
+  (`burst_time_spent`): a load it cannot keep up with at a fraction of its speed is not starved.
+- With `ingest_burst_seconds` 0 it never rests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import psycopg
+import pytest
+from psycopg import AsyncConnection
+from structlog.testing import capture_logs
+
+from contentsvc.journal.events import NewEvent, Source, WithdrawalAccepted
+from contentsvc.journal.store import append
+from contentsvc.journal.store import transaction as journal_transaction
+from contentsvc.projectors.runner import run
+from tests.integration.test_projector_contract import Tally, append_events, head, tally_counts
+
+
+async def append_withdrawals(url: str, count: int, every_seconds: float) -> None:
+    """`count` withdrawals, one transaction each, as the API appends them under a burst."""
+    async with await AsyncConnection.connect(url, autocommit=True) as conn:
+        for _ in range(count):
+            receipt_id = f"rcp_{uuid.uuid4().hex}"
+            event = NewEvent(org_id="burst", corpus_id="crp_burst", subject_type="receipt", subject_id=receipt_id,
+                             receipt_id=receipt_id, payload=WithdrawalAccepted(
+                                 receipt_id=receipt_id, source=Source(corpus_id="crp_burst", namespace="n",
+                                                                      record_key=uuid.uuid4().hex),
+                                 accepted_at="2024-01-01T00:00:00Z"))
+            async with journal_transaction(conn):
+                await append(conn, [event])
+            await asyncio.sleep(every_seconds)
+
+
+def fold_during_withdrawals(url: str, backlog: int, withdrawals: int, burst_seconds: float) -> tuple[list, tuple]:
+    """A Tally fold started on `backlog` events while `withdrawals` more arrive every 20 ms; returns
+    the resting lines it logged and (rows, distinct positions, checkpoint, head) once it caught up."""
+    async def scenario():
+        await append_events(url, backlog)
+        stop = asyncio.Event()
+        task = asyncio.create_task(run(url, Tally(), stop=stop, poll_seconds=0.2, ingest_burst_seconds=burst_seconds))
+        try:
+            await append_withdrawals(url, withdrawals, every_seconds=0.02)
+            async with await AsyncConnection.connect(url, autocommit=True) as conn:
+                target = await head(conn)
+            for _ in range(600):  # 60 s at most
+                counts = await tally_counts(url)
+                if counts[2] >= target:
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(0.3)  # the step after the last one: it finds nothing and ends the rest
+            return (*counts, target)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, timeout=30)
+
+    with capture_logs() as logs:
+        counts = asyncio.run(scenario())
+    return [e for e in logs if e["event"] in ("projector_resting", "projector_rest_ended")], counts
+
+
+@pytest.fixture
+def url(databases) -> str:
+    url = databases.create()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE tally (position bigint NOT NULL)")
+    return url
+
+
+def test_a_fold_behind_a_burst_rests_folds_everything_once_and_catches_up(url):
+    lines, (rows, distinct, checkpoint, target) = fold_during_withdrawals(url, backlog=400, withdrawals=60,
+                                                                         burst_seconds=60)
+    assert rows == distinct == target and checkpoint == target  # every event once, none lost to a rest
+    assert [e["event"] for e in lines] == ["projector_resting", "projector_rest_ended"]
+    assert lines[0]["projector"] == "tally" and lines[0]["for_at_most_seconds"] == 60
+    assert lines[1]["reason"] == "caught_up" and lines[1]["rested_seconds"] > 0
+
+
+def test_past_its_burst_time_a_fold_folds_on_without_resting(url):
+    # 0.3 s of rest at most: the backlog of 2,000 events (80 steps of 25) outlasts it.
+    lines, (rows, distinct, checkpoint, target) = fold_during_withdrawals(url, backlog=2000, withdrawals=100,
+                                                                         burst_seconds=0.3)
+    assert rows == distinct == target and checkpoint == target
+    assert [e["event"] for e in lines][:2] == ["projector_resting", "projector_rest_ended"]
+    assert lines[1]["reason"] == "burst_time_spent"
+
+
+def test_a_fold_with_no_burst_time_never_rests(url):
+    lines, (rows, distinct, checkpoint, target) = fold_during_withdrawals(url, backlog=400, withdrawals=30,
+                                                                         burst_seconds=0)
+    assert rows == distinct == target and checkpoint == target
+    assert lines == []

@@ -75,6 +75,9 @@ class Projector(ABC):
     # the journal's folds do; a worker whose work is waiting on others (deliveries, connectors,
     # plugins) does not.
     rests_in_ingest_bursts: ClassVar[bool] = False
+    # Whether its lag is by design (no 429 counts it, an event says when it caught up): it then
+    # rests through a whole burst, not only its first `[processes] ingest_burst_seconds`.
+    lags_by_design: ClassVar[bool] = False
     # Work of its own that outlives a step and uses the step's connection in transactions of its
     # own (the connectors worker's runs): the runner then leaves an open transaction alone.
     runs_beside_steps: ClassVar[bool] = False

@@ -111,67 +111,104 @@ class Pace:
 
 
 class IngestBurst:
-    """Whether a fold that is behind should rest before its next step, leaving the cores to the
-    API while a burst of ingests arrives.
+    """Whether a fold should rest before its next step, leaving the cores to the API while a
+    burst of ingests arrives.
 
     Accepting is the service's promise and folding its debt (a 202 says a write will be
     processed, not when): on two cores a fold at full speed halves the accept rate, and niceness
-    alone cannot stop it, since its PostgreSQL backend runs at the server's priority. So while a
-    fold is behind and ingests (or withdrawals) keep being appended, it rests REST_FACTOR times as
-    long as its step took (at most MAX_REST_SECONDS), outside any transaction, so that it holds no
-    lock meanwhile. Only for the first `seconds` it is behind: under a load it cannot keep up
-    with at a fraction of its speed, it then folds at full speed again, and the backlog's 429
-    (api/backlog.py) stays the bound. A fold that catches up starts a new burst's count.
+    alone cannot stop it, since its PostgreSQL backend runs at the server's priority. So while
+    ingests (or withdrawals) keep being appended, a fold that is behind rests REST_FACTOR times
+    as long as its step took (at most MAX_REST_SECONDS), outside any transaction, so that it holds
+    no lock meanwhile; a rest ends early once ingests stop arriving (`_rest`). Every rest is
+    bounded by the step before it, so a fold keeps at least a sixth of its speed.
 
-    Each burst it rests in is logged twice: `projector_resting` when it first rests, and
-    `projector_rest_ended` (why, and how long it rested) when it catches up or its time is spent."""
+    A fold on the way to searchable rests only for the first `seconds` it is behind: under a load
+    it cannot keep up with at a fraction of its speed, it then folds at full speed again, and the
+    backlog's 429 (api/backlog.py) stays the bound; once it catches up, a new burst counts afresh.
+    A fold whose lag is by design (`whole_burst`: embedding) rests after every step of a burst,
+    behind or not.
+
+    A burst in which a fold rested a second or more is logged once, at its end:
+    `projector_rested` (for how long, and whether it caught up or its time was spent)."""
 
     REST_FACTOR = 5.0
-    MAX_REST_SECONDS = 1.0
+    MAX_REST_SECONDS = 5.0
+    LOGGED_REST_SECONDS = 1.0
     CHANNELS = (f"{NOTIFY_CHANNEL}_ingest", f"{NOTIFY_CHANNEL}_withdrawal")
 
-    def __init__(self, projector: str, seconds: float) -> None:
+    def __init__(self, projector: str, seconds: float, whole_burst: bool = False) -> None:
         self.projector = projector
         self.seconds = seconds
+        self.whole_burst = whole_burst
         self._arriving = False
         self._behind_since: float | None = None
-        self._rested: float | None = None  # this burst's rests so far; None: none yet
+        self._rested = 0.0  # in this burst
 
-    def heard(self, channel: str) -> None:
-        self._arriving = self._arriving or channel in self.CHANNELS
+    @classmethod
+    def of(cls, projector: Projector, ingest_burst_seconds: float) -> "IngestBurst":
+        """A fold woken by every append rests for `[processes] ingest_burst_seconds` of a burst
+        (0: never); a worker, woken by its families alone or by nothing, never does."""
+        rests = bool(ingest_burst_seconds) and projector.rests_in_ingest_bursts and projector.wakes_on is None
+        return cls(projector.name, ingest_burst_seconds if rests else 0,
+                   whole_burst=rests and projector.lags_by_design)
+
+    @property
+    def rests(self) -> bool:
+        return self.seconds > 0
+
+    def heard(self, channel: str) -> bool:
+        """Notes a notification; whether it announced an ingest or a withdrawal."""
+        ingest = channel in self.CHANNELS
+        self._arriving = self._arriving or ingest
+        return ingest
 
     def rest_after(self, step_seconds: float, more: bool, now: float) -> float:
-        """How long to rest after a step that took `step_seconds` and left `more` to fold."""
+        """How long to rest (at most) after a step that took `step_seconds` and left `more` to fold."""
         arriving, self._arriving = self._arriving, False
-        if not more:
+        if not self.rests:
+            return 0.0
+        if not more and (not arriving or not self.whole_burst):
             self._behind_since = None
             self._end("caught_up")
             return 0.0
         if self._behind_since is None:
             self._behind_since = now
-        if now - self._behind_since >= self.seconds:
+        if not self.whole_burst and now - self._behind_since >= self.seconds:
             self._end("burst_time_spent")
             return 0.0
-        if not arriving:
-            return 0.0
-        rest = min(self.MAX_REST_SECONDS, self.REST_FACTOR * step_seconds)
-        if self._rested is None:
-            self._rested = 0.0
-            log.info("projector_resting", projector=self.projector, for_at_most_seconds=self.seconds)
-        self._rested += rest
-        return rest
+        return min(self.MAX_REST_SECONDS, self.REST_FACTOR * step_seconds) if arriving else 0.0
+
+    def rested(self, seconds: float) -> None:
+        self._rested += seconds
 
     def _end(self, reason: str) -> None:
-        if self._rested is not None:
-            log.info("projector_rest_ended", projector=self.projector, reason=reason,
+        if self._rested and self._rested >= self.LOGGED_REST_SECONDS:
+            log.info("projector_rested", projector=self.projector, reason=reason,
                      rested_seconds=round(self._rested, 3))
-            self._rested = None
+        self._rested = 0.0
 
 
-async def _take_notifications(conn: AsyncConnection, burst: IngestBurst) -> None:
-    """The notifications already received: the step that follows reads past all of them."""
+async def _take_notifications(conn: AsyncConnection, burst: IngestBurst) -> bool:
+    """The notifications already received (the step that follows reads past all of them);
+    whether one of them announced an ingest or a withdrawal."""
+    ingest = False
     async for notice in conn.notifies(timeout=0):
-        burst.heard(notice.channel)
+        ingest = burst.heard(notice.channel) or ingest
+    return ingest
+
+
+# A rest is taken in slices of this long; one in which no ingest arrived ends it, so that a fold
+# resumes within a slice of a burst's end however long the rest it was given.
+REST_SLICE_SECONDS = 0.25
+
+
+async def _rest(conn: AsyncConnection, burst: IngestBurst, seconds: float, stop: asyncio.Event) -> None:
+    started = time.monotonic()
+    while (left := started + seconds - time.monotonic()) > 0 and not stop.is_set():
+        await _sleep_unless_stopped(min(REST_SLICE_SECONDS, left), stop)
+        if not await _take_notifications(conn, burst):
+            break
+    burst.rested(time.monotonic() - started)
 
 
 async def _wait_for_commit(conn: AsyncConnection, poll_seconds: float, coalesce_seconds: float,
@@ -197,15 +234,9 @@ async def _end_open_transaction(conn: AsyncConnection, projector: Projector) -> 
         await conn.rollback()
 
 
-def resting_seconds(projector: Projector, ingest_burst_seconds: float) -> float:
-    """How long into a burst of ingests this projector rests while behind (IngestBurst): a fold
-    woken by every append does; a worker (woken by its families alone, or by nothing) never."""
-    return ingest_burst_seconds if projector.rests_in_ingest_bursts and projector.wakes_on is None else 0
-
-
-def wake_channels(projector: Projector, resting: float = 0) -> list[str]:
+def wake_channels(projector: Projector, resting: bool = False) -> list[str]:
     """The journal channels a worker listens to (schema/025): every append, or its families';
-    and, for a fold that rests in bursts (`resting` seconds), the ingests' (IngestBurst)."""
+    and, for a fold that rests in bursts, the ingests' (IngestBurst)."""
     if projector.wakes_on is None:
         return [NOTIFY_CHANNEL, *(IngestBurst.CHANNELS if resting else ())]
     return [f"{NOTIFY_CHANNEL}_{family}" for family in projector.wakes_on]
@@ -241,7 +272,7 @@ async def run(
     stop = stop or asyncio.Event()
     settings = settings or DatabaseSettings()
     outage = OutageLog(process or f"projector:{projector.name}")
-    resting = resting_seconds(projector, ingest_burst_seconds)
+    burst = IngestBurst.of(projector, ingest_burst_seconds)
     started = False
     delay = retry_first_seconds
     while not stop.is_set():
@@ -250,7 +281,7 @@ async def run(
             # session between its transactions, and psycopg keeps the ones that arrive during a
             # step for the next wait. Every process of a deployment holds one connection, not two.
             async with _connection(url, projector, settings) as work:
-                for channel in wake_channels(projector, resting):
+                for channel in wake_channels(projector, burst.rests):
                     await work.execute(f"LISTEN {channel}")
                 if projector.single_instance and not await _take_lock(work, projector, poll_seconds, stop):
                     return
@@ -264,7 +295,7 @@ async def run(
                         _renice(niceness)
                 if outage.back():
                     delay = retry_first_seconds
-                pace, burst = Pace(), IngestBurst(projector.name, resting)
+                pace = Pace()
                 while not stop.is_set():
                     started_step = time.monotonic()
                     more = await projector.step(work)
@@ -274,7 +305,7 @@ async def run(
                     now = time.monotonic()
                     rest = burst.rest_after(now - started_step, more, now)
                     if rest:
-                        await _sleep_unless_stopped(rest, stop)
+                        await _rest(work, burst, rest, stop)
                     elif not more:
                         await _wait_for_commit(work, min(poll_seconds, projector.idle_poll_seconds() or poll_seconds),
                                                projector.coalesce_seconds or coalesce_seconds, pace, burst)

@@ -15,7 +15,8 @@ from contentsvc.projectors.gc import GarbageCollector
 from contentsvc.projectors.lexical import LexicalProjector
 from contentsvc.projectors.materializer import MaterializerProjector
 from contentsvc.projectors.readmodel import ReadModelProjector
-from contentsvc.projectors.runner import IngestBurst, Pace, resting_seconds, wake_channels
+from contentsvc.projectors.runner import IngestBurst, Pace, wake_channels
+from contentsvc.projectors.vectors import VectorProjector
 
 
 def test_a_fold_listens_to_every_append():
@@ -41,14 +42,18 @@ def test_commits_are_gathered_only_while_they_come_quickly():
 
 def test_the_journals_folds_rest_in_bursts_and_workers_do_not():
     for fold in (MaterializerProjector, ReadModelProjector, LexicalProjector, MonitorWorker):
-        assert resting_seconds(fold, 10) == 10
-        assert wake_channels(fold, 10) == ["contentsvc_journal", "contentsvc_journal_ingest",
-                                           "contentsvc_journal_withdrawal"]
+        burst = IngestBurst.of(fold, 10)
+        assert burst.seconds == 10 and not burst.whole_burst
+        assert wake_channels(fold, burst.rests) == ["contentsvc_journal", "contentsvc_journal_ingest",
+                                                    "contentsvc_journal_withdrawal"]
     # Deliveries wait on receivers, not on the cores; the others are woken by their families alone.
     for worker in (DeliveriesWorker, ConnectorsWorker, PluginsWorker, GarbageCollector):
-        assert resting_seconds(worker, 10) == 0
-    assert wake_channels(DeliveriesWorker, resting_seconds(DeliveriesWorker, 10)) == ["contentsvc_journal"]
-    assert resting_seconds(LexicalProjector, 0) == 0  # [processes] ingest_burst_seconds = 0: never
+        assert not IngestBurst.of(worker, 10).rests
+    assert wake_channels(DeliveriesWorker, IngestBurst.of(DeliveriesWorker, 10).rests) == ["contentsvc_journal"]
+    # Embedding lags by design and no 429 counts it: it rests through the whole burst.
+    assert IngestBurst.of(VectorProjector, 10).whole_burst
+    for fold in (LexicalProjector, VectorProjector):
+        assert not IngestBurst.of(fold, 0).rests  # [processes] ingest_burst_seconds = 0: never
 
 
 def test_a_fold_rests_only_while_behind_and_ingests_arrive():
@@ -59,17 +64,28 @@ def test_a_fold_rests_only_while_behind_and_ingests_arrive():
     burst.heard("contentsvc_journal_ingest")
     assert burst.rest_after(0.02, more=True, now=0.2) == 0.02 * IngestBurst.REST_FACTOR
     burst.heard("contentsvc_journal_withdrawal")
-    assert burst.rest_after(0.5, more=True, now=0.5) == IngestBurst.MAX_REST_SECONDS  # capped
+    assert burst.rest_after(1.5, more=True, now=0.5) == IngestBurst.MAX_REST_SECONDS  # capped
     burst.heard("contentsvc_journal_ingest")
     assert burst.rest_after(0.02, more=False, now=2.0) == 0  # caught up: no rest
     burst.heard("contentsvc_journal_ingest")
     assert burst.rest_after(0.02, more=True, now=20.0) > 0  # a new burst counts from its start
+    burst.heard("contentsvc_journal_ingest")
+    assert burst.rest_after(0.02, more=True, now=31.0) == 0  # ten seconds behind: full speed
+
+
+def test_a_fold_whose_lag_is_by_design_rests_whenever_ingests_arrive():
+    burst = IngestBurst("fold", seconds=10, whole_burst=True)
+    burst.heard("contentsvc_journal_ingest")
+    assert burst.rest_after(0.1, more=False, now=0.0) == 0.1 * IngestBurst.REST_FACTOR  # caught up, still rests
+    burst.heard("contentsvc_journal_ingest")
+    assert burst.rest_after(0.1, more=True, now=60.0) > 0  # and beyond the burst time
+    assert burst.rest_after(0.1, more=True, now=61.0) == 0  # nothing arrived
 
 
 @given(st.lists(st.tuples(st.floats(0, 2), st.booleans(), st.booleans(), st.floats(0, 3)), max_size=60),
-       st.integers(0, 30))
-def test_rests_are_bounded_and_end_when_the_bursts_time_is_spent(steps, seconds):
-    burst = IngestBurst("fold", seconds=seconds)
+       st.integers(0, 30), st.booleans())
+def test_rests_are_bounded_by_the_step_and_need_arriving_ingests(steps, seconds, whole_burst):
+    burst = IngestBurst("fold", seconds=seconds, whole_burst=whole_burst)
     now, behind_since = 0.0, None
     for step_seconds, more, ingest_arrived, pause in steps:
         now += step_seconds + pause
@@ -77,7 +93,9 @@ def test_rests_are_bounded_and_end_when_the_bursts_time_is_spent(steps, seconds)
             burst.heard("contentsvc_journal_ingest")
         rest = burst.rest_after(step_seconds, more, now)
         behind_since = (behind_since if behind_since is not None else now) if more else None
+        # At most REST_FACTOR times the step: a resting fold keeps a sixth of its speed.
         assert 0 <= rest <= min(IngestBurst.MAX_REST_SECONDS, IngestBurst.REST_FACTOR * step_seconds)
         if rest:
-            assert more and ingest_arrived and now - behind_since < seconds
+            assert ingest_arrived and seconds > 0
+            assert whole_burst or (more and now - behind_since < seconds)
         now += rest

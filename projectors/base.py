@@ -72,7 +72,8 @@ class Projector(ABC):
     # fixed cost, such as an index commit.
     coalesce_seconds: ClassVar[float | None] = None
     # Whether it rests between steps while it is behind in a burst of ingests (runner.IngestBurst):
-    # the journal's folds do; a worker whose work is waiting on others (deliveries, connectors,
+    # the folds on the way to searchable and embedding do; a worker whose latency is the point
+    # (the monitor's webhooks) or whose work is waiting on others (deliveries, connectors,
     # plugins) does not.
     rests_in_ingest_bursts: ClassVar[bool] = False
     # Whether its lag is by design (no 429 counts it, an event says when it caught up): it then

@@ -173,10 +173,13 @@ class IngestBurst:
             return 0.0
         if self._behind_since is None:
             self._behind_since = now
-        if not self.whole_burst and now - self._behind_since >= self.seconds:
+        spent = 0.0 if self.whole_burst else (now - self._behind_since) / self.seconds
+        if spent >= 1.0:
             self._end("burst_time_spent")
             return 0.0
-        return min(self.MAX_REST_SECONDS, self.REST_FACTOR * step_seconds) if arriving else 0.0
+        # Tapering off over the burst time: a fold that then folds at full speed has no cliff to
+        # fall from, with a backlog whose appends would hold the journal lock all at once.
+        return min(self.MAX_REST_SECONDS, self.REST_FACTOR * (1.0 - spent) * step_seconds) if arriving else 0.0
 
     def rested(self, seconds: float) -> None:
         self._rested += seconds

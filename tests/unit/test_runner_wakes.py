@@ -4,6 +4,7 @@ fold rests in a burst of ingests (runner.IngestBurst)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -41,13 +42,14 @@ def test_commits_are_gathered_only_while_they_come_quickly():
 
 
 def test_the_journals_folds_rest_in_bursts_and_workers_do_not():
-    for fold in (MaterializerProjector, ReadModelProjector, LexicalProjector, MonitorWorker):
+    for fold in (MaterializerProjector, ReadModelProjector, LexicalProjector):
         burst = IngestBurst.of(fold, 10)
         assert burst.seconds == 10 and not burst.whole_burst
         assert wake_channels(fold, burst.rests) == ["contentsvc_journal", "contentsvc_journal_ingest",
                                                     "contentsvc_journal_withdrawal"]
-    # Deliveries wait on receivers, not on the cores; the others are woken by their families alone.
-    for worker in (DeliveriesWorker, ConnectorsWorker, PluginsWorker, GarbageCollector):
+    # The monitor's webhooks would wait; deliveries wait on receivers, not on the cores; the
+    # others are woken by their families alone.
+    for worker in (MonitorWorker, DeliveriesWorker, ConnectorsWorker, PluginsWorker, GarbageCollector):
         assert not IngestBurst.of(worker, 10).rests
     assert wake_channels(DeliveriesWorker, IngestBurst.of(DeliveriesWorker, 10).rests) == ["contentsvc_journal"]
     # Embedding lags by design and no 429 counts it: it rests through the whole burst.
@@ -60,9 +62,11 @@ def test_a_fold_rests_only_while_behind_and_ingests_arrive():
     burst = IngestBurst("fold", seconds=10)
     assert burst.rest_after(0.02, more=True, now=0.0) == 0  # behind, but nothing arrives
     burst.heard("contentsvc_journal")  # another fold's commit is not an ingest
-    assert burst.rest_after(0.02, more=True, now=0.1) == 0
+    assert burst.rest_after(0.02, more=True, now=0.0) == 0
     burst.heard("contentsvc_journal_ingest")
-    assert burst.rest_after(0.02, more=True, now=0.2) == 0.02 * IngestBurst.REST_FACTOR
+    assert burst.rest_after(0.02, more=True, now=0.0) == 0.02 * IngestBurst.REST_FACTOR
+    burst.heard("contentsvc_journal_ingest")  # halfway through its burst time: half the rest
+    assert burst.rest_after(0.02, more=True, now=5.0) == pytest.approx(0.02 * IngestBurst.REST_FACTOR / 2)
     burst.heard("contentsvc_journal_withdrawal")
     assert burst.rest_after(1.5, more=True, now=0.5) == IngestBurst.MAX_REST_SECONDS  # capped
     burst.heard("contentsvc_journal_ingest")

@@ -19,7 +19,7 @@ import pytest
 from psycopg import AsyncConnection
 from structlog.testing import capture_logs
 
-from contentsvc.journal.events import NewEvent, Source, WithdrawalAccepted
+from contentsvc.journal.events import JournalEvent, NewEvent, Source, WithdrawalAccepted
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.projectors.runner import IngestBurst, run
@@ -41,14 +41,23 @@ async def append_withdrawals(url: str, count: int, every_seconds: float) -> None
             await asyncio.sleep(every_seconds)
 
 
-def fold_during_withdrawals(url: str, backlog: int, withdrawals: int, burst_seconds: float) -> tuple[list, tuple]:
+class SlowTally(Tally):
+    """A Tally whose every step takes at least 10 ms, as a real fold's do."""
+
+    async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
+        await super().apply(conn, events)
+        await conn.execute("SELECT pg_sleep(0.01)")
+
+
+def fold_during_withdrawals(url: str, backlog: int, withdrawals: int, burst_seconds: float,
+                            fold: type[Tally] = Tally) -> tuple[list, tuple]:
     """A Tally fold started on `backlog` events while `withdrawals` more arrive every 20 ms; returns
     the `projector_rested` lines it logged and (rows, distinct positions, checkpoint, head) once
     it caught up."""
     async def scenario():
         await append_events(url, backlog)
         stop = asyncio.Event()
-        task = asyncio.create_task(run(url, Tally(), stop=stop, poll_seconds=0.2, ingest_burst_seconds=burst_seconds))
+        task = asyncio.create_task(run(url, fold(), stop=stop, poll_seconds=0.2, ingest_burst_seconds=burst_seconds))
         try:
             await append_withdrawals(url, withdrawals, every_seconds=0.02)
             async with await AsyncConnection.connect(url, autocommit=True) as conn:
@@ -92,9 +101,9 @@ def test_a_fold_behind_a_burst_rests_folds_everything_once_and_catches_up(url):
 
 
 def test_past_its_burst_time_a_fold_folds_on_without_resting(url):
-    # 0.3 s of rest at most: the backlog of 2,000 events (80 steps of 25) outlasts it.
+    # 0.3 s of rest at most: the backlog of 2,000 events (80 steps of 25, 10 ms each) outlasts it.
     lines, (rows, distinct, checkpoint, target) = fold_during_withdrawals(url, backlog=2000, withdrawals=100,
-                                                                         burst_seconds=0.3)
+                                                                         burst_seconds=0.3, fold=SlowTally)
     assert rows == distinct == target and checkpoint == target
     assert [e["reason"] for e in lines] == ["burst_time_spent"]
 

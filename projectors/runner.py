@@ -122,9 +122,10 @@ class IngestBurst:
     no lock meanwhile; a rest ends early once ingests stop arriving (`_rest`). Every rest is
     bounded by the step before it, so a fold keeps at least a sixth of its speed.
 
-    A fold on the way to searchable rests only for the first `seconds` it is behind: under a load
-    it cannot keep up with at a fraction of its speed, it then folds at full speed again, and the
-    backlog's 429 (api/backlog.py) stays the bound; once it catches up, a new burst counts afresh.
+    A fold on the way to searchable rests only for the first `seconds` it is behind, less and less
+    over them: under a load it cannot keep up with at a fraction of its speed, it then folds at
+    full speed again, and the backlog's 429 (api/backlog.py) stays the bound; once it catches up,
+    a new burst counts afresh.
     A fold whose lag is by design (`whole_burst`: embedding) rests after every step of a burst,
     behind or not.
 

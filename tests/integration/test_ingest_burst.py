@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import psycopg
 import pytest
 from psycopg import AsyncConnection
 from structlog.testing import capture_logs
@@ -23,7 +22,7 @@ from contentsvc.journal.events import JournalEvent, NewEvent, Source, Withdrawal
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.projectors.runner import IngestBurst, run
-from tests.integration.test_projector_contract import Tally, append_events, head, tally_counts
+from tests.integration.test_projector_contract import Tally, append_events, head, tally_counts, tally_database
 
 
 async def append_withdrawals(url: str, count: int, every_seconds: float) -> None:
@@ -86,10 +85,7 @@ def every_rest_logged(monkeypatch):
 
 @pytest.fixture
 def url(databases) -> str:
-    url = databases.create()
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE tally (position bigint NOT NULL)")
-    return url
+    return tally_database(databases)
 
 
 def test_a_fold_behind_a_burst_rests_folds_everything_once_and_catches_up(url):

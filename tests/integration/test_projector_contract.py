@@ -85,12 +85,17 @@ async def tally_counts(url: str) -> tuple[int, int, int]:
         return rows, distinct, row[0] if row else 0
 
 
-@pytest.fixture
-def url(databases) -> str:
+def tally_database(databases) -> str:
+    """A fresh database with the `tally` table Tally folds into."""
     url = databases.create()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE TABLE tally (position bigint NOT NULL)")
     return url
+
+
+@pytest.fixture
+def url(databases) -> str:
+    return tally_database(databases)
 
 
 def test_an_exception_in_the_fold_leaves_output_and_checkpoint_unchanged(url):

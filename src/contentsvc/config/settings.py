@@ -102,10 +102,12 @@ class ProcessSettings(Section):
     # accept rates, a longer wait for `resolved` right after the burst. 0 runs them at the API's
     # priority. An idle machine runs them at full speed either way (docs/decisions.md).
     background_niceness: Annotated[int, Meta(ge=0, le=19)] = 10
-    # For this long into a burst of ingests, a fold that is behind rests between its steps (five
-    # times as long as a step took, at most 1 s), so that the API accepts on both cores; after
-    # that, or once the burst ends, it folds at full speed (projectors/runner.py IngestBurst).
-    # Higher accept rates in bursts, a few seconds' more lag right after them. 0: folds never rest.
+    # For this long into a burst of ingests, a fold on the way to searchable that is behind rests
+    # between its steps (up to five times as long as a step took, less and less over this time),
+    # so that the API accepts on both cores; after it, or within a quarter second of the burst's
+    # end, it folds at full speed. Embedding rests through whole bursts (projectors/runner.py
+    # IngestBurst). Higher accept rates in bursts, a few seconds' more lag right after them.
+    # 0: folds never rest.
     ingest_burst_seconds: Annotated[int, Meta(ge=0, le=3600)] = 10
 
 

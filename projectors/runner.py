@@ -168,7 +168,8 @@ class IngestBurst:
         arriving, self._arriving = self._arriving, False
         if not self.rests:
             return 0.0
-        if not more and (not arriving or not self.whole_burst):
+        caught_up = not more and not (self.whole_burst and arriving)  # embedding rests anyway
+        if caught_up:
             self._behind_since = None
             self._end("caught_up")
             return 0.0
@@ -186,7 +187,7 @@ class IngestBurst:
         self._rested += seconds
 
     def _end(self, reason: str) -> None:
-        if self._rested and self._rested >= self.LOGGED_REST_SECONDS:
+        if self._rested > 0 and self._rested >= self.LOGGED_REST_SECONDS:
             log.info("projector_rested", projector=self.projector, reason=reason,
                      rested_seconds=round(self._rested, 3))
         self._rested = 0.0
@@ -304,7 +305,7 @@ async def run(
                     started_step = time.monotonic()
                     more = await projector.step(work)
                     await _end_open_transaction(work, projector)
-                    if more:
+                    if more and burst.rests:  # whether ingests arrived during the step
                         await _take_notifications(work, burst)
                     now = time.monotonic()
                     rest = burst.rest_after(now - started_step, more, now)

@@ -47,9 +47,13 @@ def connect(url: str, **kwargs) -> psycopg.Connection:
     """A one-shot command's connection: what it reports done (a key it prints, credentials it
     rewrapped) must outlive a crash of the server (storage/server_settings.py)."""
     conn = psycopg.connect(url, **kwargs)
-    conn.execute(DURABLE_COMMITS)
-    if not conn.autocommit:
-        conn.commit()  # the session's setting stays; no transaction is left open
+    try:
+        conn.execute(DURABLE_COMMITS)
+        if not conn.autocommit:
+            conn.commit()  # the session's setting stays; no transaction is left open
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 

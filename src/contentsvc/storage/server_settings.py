@@ -3,9 +3,10 @@
 A command's answer says its writes are durable (part 1 rules 1, 3 and 17: committed durably
 before the 202). A session whose server or database default is `synchronous_commit = off` would
 answer before its commit's WAL reaches the disk, so every connection that writes raises it for
-itself (`keep_commits_durable`; the one-shot commands' `storage.database.connect` too). What a session cannot change (`fsync`, `full_page_writes`:
-the server's) and what the deployment relies on the server for (autovacuum) is said at start
-by the gc worker, with the fix (`say_what_the_server_lacks`).
+itself (`keep_commits_durable`; the one-shot commands' `storage.database.connect` too). What a
+session cannot change (`fsync`, `full_page_writes`: the server's) and what the deployment relies
+on the server for (autovacuum) is said at start by the gc worker, with the fix
+(`say_what_the_server_lacks`).
 """
 
 from __future__ import annotations
@@ -57,16 +58,24 @@ AUTOVACUUM = Want(
         " ALTER SYSTEM SET track_counts = on; SELECT pg_reload_conf())")
 
 
-async def lacking(conn: AsyncConnection, want: Want) -> list[str]:
-    """The wanted settings that are off, as this connection sees them; `conn` is left outside any
-    transaction."""
+async def _off(conn: AsyncConnection, names: list[str]) -> list[str]:
+    """Which of the named settings are off, as this connection sees them, in name order; `conn`
+    is left outside any transaction."""
     async with conn.transaction():
-        cur = await conn.execute(_OFF, (list(want.settings),))
+        cur = await conn.execute(_OFF, (names,))
         return [name for (name,) in await cur.fetchall()]
 
 
+async def lacking(conn: AsyncConnection, want: Want) -> list[str]:
+    """The wanted settings that are off."""
+    return await _off(conn, list(want.settings))
+
+
 async def say_what_the_server_lacks(conn: AsyncConnection) -> None:
-    """One warning for each want the server lacks, naming its settings and the fix."""
-    for want in (DURABILITY, AUTOVACUUM):
-        if off := await lacking(conn, want):
-            log.warning(want.event, settings=off, effect=want.effect, fix=want.fix)
+    """One warning for each want the server lacks, naming its settings and the fix (one read of
+    the settings for all of them)."""
+    wants = (DURABILITY, AUTOVACUUM)
+    off = await _off(conn, [name for want in wants for name in want.settings])
+    for want in wants:
+        if named := [name for name in off if name in want.settings]:
+            log.warning(want.event, settings=named, effect=want.effect, fix=want.fix)

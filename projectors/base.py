@@ -219,7 +219,9 @@ class ExternalFold(Projector):
     async def fold(self, conn: AsyncConnection, events: list[JournalEvent], through: int) -> None:
         """Do the batch's outside work, then write what it learned inside
         `async with self.checkpointed(conn, through)` (the batch's last position, which the
-        events, of the kinds it reads, may not reach)."""
+        events, of the kinds it reads, may not reach). A fold whose work per event is long may
+        end the step sooner, checkpointing where it stopped (past one event at least): the
+        step then reports more, and the next one reads on from there."""
 
     async def after_batch(self, conn: AsyncConnection, idle: bool) -> bool:
         """Work between batches (a backfill chunk, a purge, a snapshot); `idle` when the
@@ -247,8 +249,10 @@ class ExternalFold(Projector):
         self.journal_has_more = more
         if events:
             await self.fold(conn, events, through)
-            if self.position < through:
+            if self.position < events[0].position:
                 raise RuntimeError(f"{self.name}: the fold returned without committing its checkpoint")
+            if self.position < through:  # it ended the step sooner
+                self.journal_has_more = True
         elif moved:
             async with self.checkpointed(conn, through):
                 pass  # positions holding no kind it reads: only the checkpoint moves

@@ -59,6 +59,7 @@ def embedding_inputs(manifest: dict) -> list[tuple[str, int, str]]:
     return [(s.part_key, s.start, f"{title}\n{s.text}" if title else s.text) for s in segments]
 
 
+TEXTS_PER_STEP = 16  # about 0.4 s of embedding on two cores (256-token texts); see _within_step
 BACKFILL_CHUNK = 16  # Versions embedded per step when a Corpus gains the space
 BLOCKED_CHUNK = 500  # Versions reported blocked per step while the model is missing
 
@@ -93,13 +94,13 @@ class Embeddable:
 class VectorProjector(GenerationFold):
     name = KIND
     reads = frozenset({ev.RECORD_ACCEPTED, ev.RECORD_WITHDRAWN, ev.CORPUS_RETRIEVAL_CHANGED})
-    # Enrichment, off the path to searchable: fewer, larger steps (embeddings batch better too),
-    # and five steps nicer than the other folds, so that indexing gets the cores before embedding
+    # Enrichment, off the path to searchable: steps bounded by their texts (_within_step), and
+    # five steps nicer than the other folds, so that indexing gets the cores before embedding
     # does (at equal priority, embedding took 0.7 of the two cores under single ingests).
     coalesce_seconds = 0.2
     niceness_above_background = 5
     lags_by_design = True  # `record.enriched` says when it has caught up; no 429 waits for it
-    batch_size = 256  # embedding a batch takes a while: smaller batches report sooner
+    batch_size = 256  # positions; a step embeds at most TEXTS_PER_STEP texts of them
 
     def __init__(self, home: Path) -> None:
         super().__init__(home)
@@ -189,7 +190,9 @@ class VectorProjector(GenerationFold):
         return False
 
     async def fold(self, conn: AsyncConnection, events: list[JournalEvent], through: int) -> None:
-        current = [Embeddable.of(e) for e in await self._in_vector_corpora(conn, still_current(events))]
+        with_space = await self._vector_corpora(conn, events)
+        events, through = self._within_step(events, through, with_space)
+        current = [Embeddable.of(e) for e in still_current(events) if (e.org_id, e.payload.source.corpus_id) in with_space]
         # A quarantined Version changes nothing: the Record's vectors stay.
         touched = {e.payload.record_id for e in events if e.kind == ev.RECORD_WITHDRAWN
                    or (e.kind == ev.RECORD_ACCEPTED and not e.payload.quarantined)}
@@ -328,16 +331,36 @@ class VectorProjector(GenerationFold):
         return len(waiting) == BLOCKED_CHUNK
 
     @staticmethod
-    async def _in_vector_corpora(conn: AsyncConnection, accepted: list[JournalEvent]) -> list[JournalEvent]:
-        """Only Corpora whose serving generation has the engine's space are embedded (part1 rule 16)."""
-        if not accepted:
-            return []
+    async def _vector_corpora(conn: AsyncConnection, events: list[JournalEvent]) -> set[tuple[str, str]]:
+        """The (org, Corpus) pairs among the events' Versions whose serving generation has the
+        engine's space: only those are embedded (part1 rule 16)."""
+        corpora = {e.payload.source.corpus_id for e in events if e.kind == ev.RECORD_ACCEPTED}
+        if not corpora:
+            return set()
         async with conn.transaction():
             cur = await conn.execute(
                 "SELECT org_id, corpus_id FROM corpus_projections WHERE state = 'serving' AND vector_spaces ? %s"
-                " AND corpus_id = ANY(%s)", (SPACE, list({e.payload.source.corpus_id for e in accepted})))
-            with_space = {(r[0], r[1]) for r in await cur.fetchall()}
-        return [e for e in accepted if (e.org_id, e.payload.source.corpus_id) in with_space]
+                " AND corpus_id = ANY(%s)", (SPACE, list(corpora)))
+            return {(r[0], r[1]) for r in await cur.fetchall()}
+
+    @staticmethod
+    def _within_step(events: list[JournalEvent], through: int, with_space: set[tuple[str, str]]
+                     ) -> tuple[list[JournalEvent], int]:
+        """The events of one step, and the position it reaches: up to TEXTS_PER_STEP texts to
+        embed (at least one Version's), the rest for the next step. Embedding is the slow part,
+        so a step is bounded by it rather than by positions alone: under a burst of ingests the
+        fold rests after every step (runner.IngestBurst), and a step of a few hundred texts kept
+        both cores for seconds at a time before its rest (3.1 of the API's 3.8 CPU-s in `bench
+        ingest`'s single phase)."""
+        texts = 0
+        for i, e in enumerate(events):
+            if e.kind != ev.RECORD_ACCEPTED or e.payload.quarantined \
+                    or (e.org_id, e.payload.source.corpus_id) not in with_space:
+                continue
+            texts += len(embedding_inputs(e.payload.manifest))
+            if texts > TEXTS_PER_STEP and i:
+                return events[:i], e.position - 1
+        return events, through
 
     def _maybe_snapshot(self, force: bool) -> None:
         now = time.monotonic()

@@ -72,8 +72,8 @@ class Projector(ABC):
     # fixed cost, such as an index commit.
     coalesce_seconds: ClassVar[float | None] = None
     # Whether it rests between steps while it is behind in a burst of ingests (runner.IngestBurst):
-    # the folds on the way to searchable and embedding do; a worker whose latency is the point
-    # (the monitor's webhooks) or whose work is waiting on others (deliveries, connectors,
+    # the folds on the way to searchable and embedding declare it; a worker whose latency is the
+    # point (the monitor's webhooks) or whose work is waiting on others (deliveries, connectors,
     # plugins) does not.
     rests_in_ingest_bursts: ClassVar[bool] = False
     # Whether its lag is by design (no 429 counts it, an event says when it caught up): it then
@@ -164,8 +164,6 @@ class PeriodicWorker(Projector):
 class TableFold(Projector):
     """A fold whose output is Postgres rows, written in the checkpoint's transaction."""
 
-    rests_in_ingest_bursts = True
-
     @abstractmethod
     async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
         """Fold a batch inside the open transaction; idempotent per event (a replay re-applies)."""
@@ -197,8 +195,6 @@ class TableFold(Projector):
 
 class ExternalFold(Projector):
     """A fold that works outside the database and then commits its checkpoint itself."""
-
-    rests_in_ingest_bursts = True
 
     def __init__(self) -> None:
         self.position = 0  # what the output reflects: the next batch is read after it

@@ -12,6 +12,7 @@ from contentsvc.readmodel.fold import fold
 
 class ReadModelProjector(TableFold):
     name = "readmodel"
+    rests_in_ingest_bursts = True  # on the way to searchable (runner.IngestBurst)
     announces_progress = True  # change streams wake on it (readmodel/changes.FEED_PROJECTOR)
 
     async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:

@@ -99,6 +99,7 @@ class VectorProjector(GenerationFold):
     # does (at equal priority, embedding took 0.7 of the two cores under single ingests).
     coalesce_seconds = 0.2
     niceness_above_background = 5
+    rests_in_ingest_bursts = True
     lags_by_design = True  # `record.enriched` says when it has caught up; no 429 waits for it
     batch_size = 256  # positions; a step embeds at most TEXTS_PER_STEP texts of them
 

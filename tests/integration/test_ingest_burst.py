@@ -40,8 +40,14 @@ async def append_withdrawals(url: str, count: int, every_seconds: float) -> None
             await asyncio.sleep(every_seconds)
 
 
-class SlowTally(Tally):
-    """A Tally whose every step takes at least 10 ms, as a real fold's do."""
+class RestingTally(Tally):
+    """A Tally that rests in bursts of ingests, as the folds on the way to searchable do."""
+
+    rests_in_ingest_bursts = True
+
+
+class SlowTally(RestingTally):
+    """A resting Tally whose every step takes at least 10 ms, as a real fold's do."""
 
     async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
         await super().apply(conn, events)
@@ -49,7 +55,7 @@ class SlowTally(Tally):
 
 
 def fold_during_withdrawals(url: str, backlog: int, withdrawals: int, burst_seconds: float,
-                            fold: type[Tally] = Tally) -> tuple[list, tuple]:
+                            fold: type[Tally] = RestingTally) -> tuple[list, tuple]:
     """A Tally fold started on `backlog` events while `withdrawals` more arrive every 20 ms; returns
     the `projector_rested` lines it logged and (rows, distinct positions, checkpoint, head) once
     it caught up."""

@@ -59,6 +59,11 @@ def embedding_inputs(manifest: dict) -> list[tuple[str, int, str]]:
     return [(s.part_key, s.start, f"{title}\n{s.text}" if title else s.text) for s in segments]
 
 
+def _corpus(e: JournalEvent) -> tuple[str, str]:
+    """The (org, Corpus) of a record.accepted event."""
+    return e.org_id, e.payload.source.corpus_id
+
+
 TEXTS_PER_STEP = 16  # about 0.4 s of embedding on two cores (256-token texts); see _within_step
 BACKFILL_CHUNK = 16  # Versions embedded per step when a Corpus gains the space
 BLOCKED_CHUNK = 500  # Versions reported blocked per step while the model is missing
@@ -193,7 +198,7 @@ class VectorProjector(GenerationFold):
     async def fold(self, conn: AsyncConnection, events: list[JournalEvent], through: int) -> None:
         with_space = await self._vector_corpora(conn, events)
         events, through = self._within_step(events, through, with_space)
-        current = [Embeddable.of(e) for e in still_current(events) if (e.org_id, e.payload.source.corpus_id) in with_space]
+        current = [Embeddable.of(e) for e in still_current(events) if _corpus(e) in with_space]
         # A quarantined Version changes nothing: the Record's vectors stay.
         touched = {e.payload.record_id for e in events if e.kind == ev.RECORD_WITHDRAWN
                    or (e.kind == ev.RECORD_ACCEPTED and not e.payload.quarantined)}
@@ -335,7 +340,7 @@ class VectorProjector(GenerationFold):
     async def _vector_corpora(conn: AsyncConnection, events: list[JournalEvent]) -> set[tuple[str, str]]:
         """The (org, Corpus) pairs among the events' Versions whose serving generation has the
         engine's space: only those are embedded (part1 rule 16)."""
-        corpora = {e.payload.source.corpus_id for e in events if e.kind == ev.RECORD_ACCEPTED}
+        corpora = {_corpus(e)[1] for e in events if e.kind == ev.RECORD_ACCEPTED}
         if not corpora:
             return set()
         async with conn.transaction():
@@ -355,8 +360,7 @@ class VectorProjector(GenerationFold):
         ingest`'s single phase)."""
         texts = 0
         for i, e in enumerate(events):
-            if e.kind != ev.RECORD_ACCEPTED or e.payload.quarantined \
-                    or (e.org_id, e.payload.source.corpus_id) not in with_space:
+            if e.kind != ev.RECORD_ACCEPTED or e.payload.quarantined or _corpus(e) not in with_space:
                 continue
             texts += len(embedding_inputs(e.payload.manifest))
             if texts > TEXTS_PER_STEP and i:

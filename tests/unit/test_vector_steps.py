@@ -22,8 +22,8 @@ def _event(position: int, kind: str, corpus: str, texts: int, quarantined: bool)
     else:
         parts = [{"key": f"p{i}", "role": "body", "content": {"kind": "text", "text": f"text {i}"}}
                  for i in range(texts)]
-        payload = RecordAccepted(record_id=f"rec_{position}", version_id=f"ver_{position}", receipt_id=f"rcp_{position}",
-                                 source=source, manifest={"parts": parts}, provenance={},
+        payload = RecordAccepted(record_id=f"rec_{position}", version_id=f"ver_{position}",
+                                 receipt_id=f"rcp_{position}", source=source, manifest={"parts": parts}, provenance={},
                                  accepted_at="2026-01-01T00:00:00Z", created_at="2026-01-01T00:00:00Z",
                                  quarantined=quarantined)
     return JournalEvent(position=position, event_id=f"evt_{position}", kind=kind, public=True, org_id="org_a",

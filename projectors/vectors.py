@@ -340,7 +340,7 @@ class VectorProjector(GenerationFold):
     async def _vector_corpora(conn: AsyncConnection, events: list[JournalEvent]) -> set[tuple[str, str]]:
         """The (org, Corpus) pairs among the events' Versions whose serving generation has the
         engine's space: only those are embedded (part1 rule 16)."""
-        corpora = {_corpus(e)[1] for e in events if e.kind == ev.RECORD_ACCEPTED}
+        corpora = {e.payload.source.corpus_id for e in events if e.kind == ev.RECORD_ACCEPTED}
         if not corpora:
             return set()
         async with conn.transaction():
@@ -353,7 +353,8 @@ class VectorProjector(GenerationFold):
     def _within_step(events: list[JournalEvent], through: int, with_space: set[tuple[str, str]]
                      ) -> tuple[list[JournalEvent], int]:
         """The events of one step, and the position it reaches: up to TEXTS_PER_STEP texts to
-        embed (at least one Version's), the rest for the next step. Embedding is the slow part,
+        embed, the rest for the next step. A step is never empty, so a Version with more texts
+        than that is embedded in a step of its own. Embedding is the slow part,
         so a step is bounded by it rather than by positions alone: under a burst of ingests the
         fold rests after every step (runner.IngestBurst), and a step of a few hundred texts kept
         both cores for seconds at a time before its rest (3.1 of the API's 3.8 CPU-s in `bench

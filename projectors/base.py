@@ -50,6 +50,11 @@ class Projector(ABC):
 
     name: ClassVar[str]
     batch_size: ClassVar[int] = 1000
+    # Positions per step while ingests keep arriving (None: batch_size), for a fold whose append
+    # is large: every append waits while one holds the journal lock, so in a burst its steps are
+    # short and the API's appends pass between them; once ingests stop it folds in full steps
+    # again, each with its fixed cost (a durable commit).
+    contended_batch_size: ClassVar[int | None] = None
     # One process of this kind at a time (a session advisory lock), unless the work is shared out
     # by row leases (the deliveries worker), when any number may run side by side.
     single_instance: ClassVar[bool] = True
@@ -91,6 +96,15 @@ class Projector(ABC):
     def from_settings(cls, settings: Settings) -> "Projector":
         """How the process registry builds one."""
         return cls()
+
+    # Set by the runner after each step: whether ingests (or withdrawals) arrived since the one
+    # before (runner.IngestBurst; only for a fold that rests in bursts).
+    ingests_arriving = False
+
+    @property
+    def step_size(self) -> int:
+        """Positions the next step reads: fewer while ingests keep arriving (contended_batch_size)."""
+        return self.contended_batch_size if self.ingests_arriving and self.contended_batch_size else self.batch_size
 
     async def open(self, conn: AsyncConnection) -> None:
         """Load what the fold keeps between batches. Called with the single-instance lock held,
@@ -178,7 +192,7 @@ class TableFold(Projector):
         # replay and this fold from interleaving.
         async with journal_transaction(conn):
             position = await checkpoints.position(conn, self.name)
-            events, through, more = await next_batch(conn, position, self.batch_size, self.reads)
+            events, through, more = await next_batch(conn, position, self.step_size, self.reads)
             if through == position:
                 return False
             if await checkpoints.position(conn, self.name, for_update=True) != position:
@@ -240,7 +254,7 @@ class ExternalFold(Projector):
 
     async def step(self, conn: AsyncConnection) -> bool:
         async with conn.transaction():
-            events, through, more = await next_batch(conn, self.position, self.batch_size, self.reads)
+            events, through, more = await next_batch(conn, self.position, self.step_size, self.reads)
         moved = through > self.position
         self.journal_has_more = more
         if events:

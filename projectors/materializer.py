@@ -183,8 +183,11 @@ class MaterializerProjector(TableFold):
     rests_in_ingest_bursts = True  # on the way to searchable (runner.IngestBurst)
     reads = frozenset({ev.INGEST_ACCEPTED, ev.WITHDRAWAL_ACCEPTED})  # the commands it materializes
     # Its append carries each Version's text and holds the journal lock, every other append
-    # waiting (27 ms at the median with 1,000 under batch ingest): half the usual step.
+    # waiting (27 ms at the median with 1,000 under batch ingest): half the usual step, and a
+    # fifth of that while ingests keep arriving (15-76 ms with 300-1,500 events held every single
+    # ingest behind it; docs/decisions.md, "Folds rest in bursts of ingests").
     batch_size = 500
+    contended_batch_size = 100
 
     def __init__(self, blob_root: Path, settings: Settings | None = None) -> None:
         self.blob_root = blob_root

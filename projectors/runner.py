@@ -142,6 +142,7 @@ class IngestBurst:
         self.seconds = seconds
         self.whole_burst = whole_burst
         self._arriving = False
+        self.arrived = False  # whether ingests arrived during the last step (and the rest before it)
         self._behind_since: float | None = None
         self._rested = 0.0  # in this burst
 
@@ -165,7 +166,8 @@ class IngestBurst:
 
     def rest_after(self, step_seconds: float, more: bool, now: float) -> float:
         """How long to rest (at most) after a step that took `step_seconds` and left `more` to fold."""
-        arriving, self._arriving = self._arriving, False
+        arriving = self.arrived = self._arriving
+        self._arriving = False
         if not self.rests:
             return 0.0
         caught_up = not more and not (self.whole_burst and arriving)  # embedding rests anyway
@@ -309,6 +311,7 @@ async def run(
                         await _take_notifications(work, burst)
                     now = time.monotonic()
                     rest = burst.rest_after(now - started_step, more, now)
+                    projector.ingests_arriving = burst.arrived
                     if rest:
                         await _rest(work, burst, rest, stop)
                     elif not more:

@@ -7,12 +7,15 @@
 - Past its burst time it folds on without resting although they keep coming
   (`burst_time_spent`): a load it cannot keep up with at a fraction of its speed is not starved.
 - With `ingest_burst_seconds` 0 it never rests.
+- A fold with a `contended_batch_size` reads that many positions per step while ingests arrive,
+  its full batch otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Callable
 
 import pytest
 from psycopg import AsyncConnection
@@ -55,8 +58,8 @@ class SlowTally(RestingTally):
 
 
 def fold_during_withdrawals(url: str, backlog: int, withdrawals: int, burst_seconds: float,
-                            fold: type[Tally] = RestingTally) -> tuple[list, tuple]:
-    """A Tally fold started on `backlog` events while `withdrawals` more arrive every 20 ms; returns
+                            fold: Callable[[], Tally] = RestingTally) -> tuple[list, tuple]:
+    """A Tally fold (made by `fold`) started on `backlog` events while `withdrawals` more arrive every 20 ms; returns
     the `projector_rested` lines it logged and (rows, distinct positions, checkpoint, head) once
     it caught up."""
     async def scenario():
@@ -115,3 +118,31 @@ def test_a_fold_with_no_burst_time_never_rests(url):
                                                                          burst_seconds=0)
     assert rows == distinct == target and checkpoint == target
     assert lines == []
+
+
+class ShortSteppingTally(RestingTally):
+    """A resting Tally that reads 5 positions per step while ingests keep arriving, 25 otherwise;
+    it notes each step's size and whether ingests were arriving."""
+
+    contended_batch_size = 5
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[tuple[int, bool]] = []
+
+    async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
+        await super().apply(conn, events)
+        self.steps.append((len(events), self.ingests_arriving))
+
+
+def test_while_ingests_arrive_a_fold_with_a_contended_step_size_takes_short_steps(url):
+    # decisions.md "Folds rest in bursts of ingests": the materializer's append holds the journal
+    # lock for as long as its step is large, and every append of the API waits meanwhile.
+    fold = ShortSteppingTally()
+    lines, (rows, distinct, checkpoint, target) = fold_during_withdrawals(url, backlog=400, withdrawals=60,
+                                                                         burst_seconds=60, fold=lambda: fold)
+    assert rows == distinct == target and checkpoint == target
+    contended = [size for size, arriving in fold.steps if arriving]
+    assert contended and max(contended) <= 5
+    assert fold.steps[0] == (25, False)  # the backlog's first step, before any ingest was heard
+    assert lines[0]["reason"] == "caught_up"

@@ -55,6 +55,9 @@ class Projector(ABC):
     # short and the API's appends pass between them; once ingests stop it folds in full steps
     # again, each with its fixed cost (a durable commit).
     contended_batch_size: ClassVar[int | None] = None
+    # Set by the runner after each step: whether ingests (or withdrawals) arrived since the one
+    # before (runner.IngestBurst; only for a fold that rests in bursts).
+    ingests_arriving: bool = False
     # One process of this kind at a time (a session advisory lock), unless the work is shared out
     # by row leases (the deliveries worker), when any number may run side by side.
     single_instance: ClassVar[bool] = True
@@ -97,14 +100,12 @@ class Projector(ABC):
         """How the process registry builds one."""
         return cls()
 
-    # Set by the runner after each step: whether ingests (or withdrawals) arrived since the one
-    # before (runner.IngestBurst; only for a fold that rests in bursts).
-    ingests_arriving = False
-
     @property
     def step_size(self) -> int:
         """Positions the next step reads: fewer while ingests keep arriving (contended_batch_size)."""
-        return self.contended_batch_size if self.ingests_arriving and self.contended_batch_size else self.batch_size
+        if self.ingests_arriving and self.contended_batch_size:
+            return self.contended_batch_size
+        return self.batch_size
 
     async def open(self, conn: AsyncConnection) -> None:
         """Load what the fold keeps between batches. Called with the single-instance lock held,

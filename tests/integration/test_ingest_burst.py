@@ -59,9 +59,9 @@ class SlowTally(RestingTally):
 
 def fold_during_withdrawals(url: str, backlog: int, withdrawals: int, burst_seconds: float,
                             fold: Callable[[], Tally] = RestingTally) -> tuple[list, tuple]:
-    """A Tally fold (made by `fold`) started on `backlog` events while `withdrawals` more arrive every 20 ms; returns
-    the `projector_rested` lines it logged and (rows, distinct positions, checkpoint, head) once
-    it caught up."""
+    """A Tally fold (made by `fold`) started on `backlog` events while `withdrawals` more arrive
+    every 20 ms; returns the `projector_rested` lines it logged and (rows, distinct positions,
+    checkpoint, head) once it caught up."""
     async def scenario():
         await append_events(url, backlog)
         stop = asyncio.Event()

@@ -43,7 +43,8 @@ RETRY_FIRST_SECONDS = 0.25
 RETRY_CAP_SECONDS = 10.0
 
 
-def _lock_id(name: str) -> int:
+def instance_lock_id(name: str) -> int:
+    """The session advisory lock a single-instance projector holds while it runs."""
     return int.from_bytes(hashlib.sha256(f"projector:{name}".encode()).digest()[:7], "big")
 
 
@@ -251,7 +252,7 @@ def wake_channels(projector: Projector, resting: bool = False) -> list[str]:
 
 async def _take_lock(work: AsyncConnection, projector: Projector, poll_seconds: float, stop: asyncio.Event) -> bool:
     while not stop.is_set():
-        cur = await work.execute("SELECT pg_try_advisory_lock(%s)", (_lock_id(projector.name),))
+        cur = await work.execute("SELECT pg_try_advisory_lock(%s)", (instance_lock_id(projector.name),))
         if (await cur.fetchone())[0]:
             return True
         log.info("projector_waiting_for_lock", projector=projector.name)

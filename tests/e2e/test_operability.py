@@ -58,12 +58,31 @@ def test_one_shot_commands_name_an_unreachable_database_in_one_line():
         assert "uncaught_exception" not in out.stderr + out.stdout
 
 
+def running_column(status: str) -> dict[str, str]:
+    """Each projector's `running` cell in `projector status`'s table (the header row is drawn
+    with other lines; a wrapped cell's continuation rows have no name)."""
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in status.splitlines() if "│" in line]
+    return {row[0]: row[1] for row in rows if row[0]}
+
+
 def test_projector_status_shows_position_and_lag(server, database_url, api):
     corpus = create_corpus(api)
     api.post("/v0/records", json=text_command(corpus, "k", "status"))
     out = cli(database_url, "projector", "status")
     assert out.returncode == 0, out.stderr
     assert "materializer" in out.stdout and "readmodel" in out.stdout and "journal head" in out.stdout
+    # Every projector of the running server holds its lock: each row says so.
+    running = running_column(out.stdout)
+    assert running["materializer"] == running["readmodel"] == running["lexical"] == "yes", out.stdout
+
+
+def test_projector_status_says_when_no_projector_runs(databases):
+    url = databases.create()  # migrated; no server runs on it
+    out = cli(url, "projector", "status")
+    assert out.returncode == 0, out.stderr
+    running = running_column(out.stdout)
+    assert set(running) >= {"materializer", "readmodel", "lexical", "vectors"}
+    assert set(running.values()) == {"no"}, out.stdout
 
 
 def test_the_log_names_what_the_server_lacks(server, database_url):

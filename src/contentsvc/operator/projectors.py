@@ -13,6 +13,7 @@ from rich.table import Table
 from contentsvc.journal import checkpoints
 from contentsvc.journal.store import head as journal_head
 from contentsvc.journal.store import read_after
+from contentsvc.projectors.runner import instance_lock_id
 from contentsvc.search.generations import Generation, bytes_held
 
 
@@ -25,21 +26,28 @@ def print_status(url: str, names: list[str], home: Path) -> int:
         )
         found = [Generation(*r) for r in conn.execute(
             "SELECT generation_id, kind, state, announced FROM search_generations ORDER BY kind, created_at")]
+        # A running projector holds its single-instance lock, in this database (a 64-bit advisory
+        # key: classid is its high half, objid its low half).
+        held = {r[0] for r in conn.execute(
+            "SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks l"
+            " JOIN pg_database d ON d.oid = l.database AND d.datname = current_database()"
+            " WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted")}
         building = conn.execute(
             "SELECT org_id || '/' || corpus_id, projection_generation_id, operation_id, versions_done,"
             " versions_in_scope FROM corpus_projections WHERE state = 'building' ORDER BY accepted_position").fetchall()
     # A retired generation is listed while its files remain (until `contentsvc gc` deletes them).
     shown = [g for g in found if g.state != "retired" or g.path(home).is_dir()]
     table = Table(title=f"journal head {head}")
-    for column in ("projector", "generation", "position", "lag (events)", "bytes", "updated"):
+    for column in ("projector", "running", "generation", "position", "lag (events)", "bytes", "updated"):
         table.add_column(column)
     for name in names:
+        running = "yes" if instance_lock_id(name) in held else "no"
         # Index projectors keep one checkpoint per generation.
         gens = [g for g in shown if g.kind == name] or [None]
         for generation in gens:
             checkpoint = generation.checkpoint_name if generation else name
             position, updated = rows.get(checkpoint, (0, None))
-            table.add_row(name, f"{generation.generation_id} ({generation.state})" if generation else "-",
+            table.add_row(name, running, f"{generation.generation_id} ({generation.state})" if generation else "-",
                           str(position), str(head - position),
                           str(bytes_held(generation.path(home))) if generation else "-",
                           updated.isoformat() if updated else "never")

@@ -256,3 +256,14 @@ def assert_error(response: httpx.Response, status: int, code: str) -> dict:
 
 def json_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+
+
+def projector_status_rows(stdout: str) -> list[dict[str, str]]:
+    """The rows of `contentsvc projector status`'s table, by column title (the title row is drawn
+    with "┃", the rows with "│"; a wrapped cell's continuation rows have no projector name)."""
+    def cells(line: str, rule: str) -> list[str]:
+        return [cell.strip() for cell in line.split(rule)[1:-1]]
+
+    titles = next(cells(line, "┃") for line in stdout.splitlines() if "┃" in line)
+    rows = [dict(zip(titles, cells(line, "│"))) for line in stdout.splitlines() if "│" in line]
+    return [row for row in rows if row["projector"]]

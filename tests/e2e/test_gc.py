@@ -21,8 +21,8 @@ import httpx
 import psycopg
 import pytest
 
-from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, key_for, text_command,
-                            wait_current)
+from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, key_for, projector_status_rows,
+                            text_command, wait_current)
 from tests.e2e.test_uploads import (blob_command, confirm, create_upload, ingest_resolved, put_content, sha,
                                     verified_blob)
 
@@ -101,9 +101,9 @@ def test_gc_deletes_a_retired_generation_and_an_unreferenced_blob_and_keeps_the_
         # projector status: bytes held per generation, the retired one while its files remain.
         status = cli(server, "projector", "status")
         assert status.returncode == 0, status.stderr
-        rows = {line.split("│")[2].strip(): line for line in status.stdout.splitlines() if "gen_" in line}
+        rows = {row["generation"]: row for row in projector_status_rows(status.stdout)}
         assert f"{retired} (retired)" in rows and f"{serving} (serving)" in rows, status.stdout
-        assert int(rows[f"{retired} (retired)"].split("│")[5]) > 0
+        assert int(rows[f"{retired} (retired)"]["bytes"]) > 0
 
         wait_expired(unreferenced)
         time.sleep(1.1)  # the generation grace (1 s) passes too

@@ -10,8 +10,8 @@ import httpx
 import psutil
 import psycopg
 
-from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, json_lines, key_for, text_command,
-                            until)
+from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, json_lines, key_for,
+                            projector_status_rows, text_command, until)
 
 
 def cli(database_url: str, *args: str) -> subprocess.CompletedProcess:
@@ -59,10 +59,7 @@ def test_one_shot_commands_name_an_unreachable_database_in_one_line():
 
 
 def running_column(status: str) -> dict[str, str]:
-    """Each projector's `running` cell in `projector status`'s table (the header row is drawn
-    with other lines; a wrapped cell's continuation rows have no name)."""
-    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in status.splitlines() if "│" in line]
-    return {row[0]: row[1] for row in rows if row[0]}
+    return {row["projector"]: row["running"] for row in projector_status_rows(status)}
 
 
 def test_projector_status_shows_position_and_lag(server, database_url, api):

@@ -138,11 +138,11 @@ class ShortSteppingTally(RestingTally):
 def test_while_ingests_arrive_a_fold_with_a_contended_step_size_takes_short_steps(url):
     # decisions.md "Folds rest in bursts of ingests": the materializer's append holds the journal
     # lock for as long as its step is large, and every append of the API waits meanwhile.
-    fold = ShortSteppingTally()
+    tally = ShortSteppingTally()
     lines, (rows, distinct, checkpoint, target) = fold_during_withdrawals(url, backlog=400, withdrawals=60,
-                                                                         burst_seconds=60, fold=lambda: fold)
+                                                                         burst_seconds=60, fold=lambda: tally)
     assert rows == distinct == target and checkpoint == target
-    contended = [size for size, arriving in fold.steps if arriving]
+    contended = [size for size, arriving in tally.steps if arriving]
     assert contended and max(contended) <= 5
-    assert fold.steps[0] == (25, False)  # the backlog's first step, before any ingest was heard
+    assert tally.steps[0] == (25, False)  # the backlog's first step, before any ingest was heard
     assert lines[0]["reason"] == "caught_up"

@@ -11,7 +11,7 @@ from contentsvc.config.settings import DatabaseSettings
 from contentsvc.projectors.base import Projector
 from contentsvc.projectors.runner import _connection
 from contentsvc.storage.database import BoundedPool, connect
-from contentsvc.storage.server_settings import AUTOVACUUM, DURABILITY, lacking
+from contentsvc.storage.server_settings import what_the_server_lacks
 
 
 def _database_with(databases, **defaults: str) -> str:
@@ -65,9 +65,10 @@ def test_an_operators_durable_level_is_kept(databases):
     assert asyncio.run(_synchronous_commit_of_service_connections(url)) == ("local", "local")
 
 
-async def _named(url: str) -> tuple[list[str], list[str]]:
+async def _named(url: str) -> dict[str, list[str]]:
+    """The warnings the gc worker gives at start, by event, with the settings each names."""
     async with await psycopg.AsyncConnection.connect(url) as conn:
-        named = await lacking(conn, AUTOVACUUM), await lacking(conn, DURABILITY)
+        named = {want.event: settings for want, settings in await what_the_server_lacks(conn)}
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # the gc worker VACUUMs next
         return named
 
@@ -82,6 +83,11 @@ def test_settings_that_stop_autovacuum_or_durability_are_named(databases):
                   for name in ("autovacuum", "fsync", "full_page_writes")}
     autovacuum_off = ["autovacuum"] if server["autovacuum"] == "off" else []
     lost = [name for name in ("fsync", "full_page_writes") if server[name] == "off"]
-    assert asyncio.run(_named(url)) == (autovacuum_off, lost)
+
+    def warned(autovacuum: list[str]) -> dict[str, list[str]]:
+        return {event: named for event, named in (("commits_not_durable", lost), ("autovacuum_off", autovacuum))
+                if named}
+
+    assert asyncio.run(_named(url)) == warned(autovacuum_off)
     url = _database_with(databases, track_counts="off")
-    assert asyncio.run(_named(url)) == (autovacuum_off + ["track_counts"], lost)
+    assert asyncio.run(_named(url)) == warned(autovacuum_off + ["track_counts"])

@@ -58,24 +58,17 @@ AUTOVACUUM = Want(
         " ALTER SYSTEM SET track_counts = on; SELECT pg_reload_conf())")
 
 
-async def _off(conn: AsyncConnection, names: list[str]) -> list[str]:
-    """Which of the named settings are off, as this connection sees them, in name order; `conn`
-    is left outside any transaction."""
+async def what_the_server_lacks(conn: AsyncConnection) -> list[tuple[Want, list[str]]]:
+    """Each want the server lacks, with its settings that are off in name order (one read of the
+    settings for all of them); `conn` is left outside any transaction."""
+    wants = (DURABILITY, AUTOVACUUM)
     async with conn.transaction():
-        cur = await conn.execute(_OFF, (names,))
-        return [name for (name,) in await cur.fetchall()]
-
-
-async def lacking(conn: AsyncConnection, want: Want) -> list[str]:
-    """The wanted settings that are off."""
-    return await _off(conn, list(want.settings))
+        cur = await conn.execute(_OFF, ([name for want in wants for name in want.settings],))
+        off = [name for (name,) in await cur.fetchall()]
+    return [(want, named) for want in wants if (named := [name for name in off if name in want.settings])]
 
 
 async def say_what_the_server_lacks(conn: AsyncConnection) -> None:
-    """One warning for each want the server lacks, naming its settings and the fix (one read of
-    the settings for all of them)."""
-    wants = (DURABILITY, AUTOVACUUM)
-    off = await _off(conn, [name for want in wants for name in want.settings])
-    for want in wants:
-        if named := [name for name in off if name in want.settings]:
-            log.warning(want.event, settings=named, effect=want.effect, fix=want.fix)
+    """One warning for each want the server lacks, naming its settings and the fix."""
+    for want, named in await what_the_server_lacks(conn):
+        log.warning(want.event, settings=named, effect=want.effect, fix=want.fix)

@@ -2,7 +2,7 @@
 
 Usage:
     contentsvc bench ingest [--url URL --api-key KEY] [--database-url URL] [--seconds N]
-                            [--single N] [--batches N] [--rate R]
+                            [--single N] [--single-runs N] [--batches N] [--rate R]
 
 Against a running service when --url and --api-key (or CONTENTSVC_URL and
 CONTENTSVC_API_KEY) are given; the raw journal figures then need
@@ -16,7 +16,8 @@ all-actions key; it stops the service and drops the database at the end.
 Measurements (one run, one database), one module each:
   1. single ingest (ingest_single.py): POST /v0/records, concurrency 16,
      --single requests; then how long until the last Receipts are resolved,
-     and their Versions searchable (also after phase 2).
+     and their Versions searchable (also after phase 2). --single-runs times
+     back to back: the throughput and p99 judged are the medians of the runs.
   2. batch ingest (ingest_batch.py): POST /v0/records/batch, 100 entries each,
      concurrency 4, --batches batches.
   3. 202-to-resolved (ingest_resolve.py): --rate ingests per second for
@@ -69,7 +70,7 @@ from contentsvc.bench.ingest_batch import BATCH_CONCURRENCY, BATCH_SIZE, bench_b
 from contentsvc.bench.ingest_report import judge_targets, problems, summary_text
 from contentsvc.bench.ingest_requests import TEXT_BYTES, Texts, explain_pending
 from contentsvc.bench.ingest_resolve import bench_resolve
-from contentsvc.bench.ingest_single import SINGLE_CONCURRENCY, bench_single
+from contentsvc.bench.ingest_single import SINGLE_CONCURRENCY, bench_single, bench_single_runs
 from contentsvc.bench.journal_raw import RAW_BATCH, RAW_CONCURRENCY, bench_raw, ratios_to_ceilings
 from contentsvc.bench.process_cpu import CpuAccount, counted
 from contentsvc.bench.service import (
@@ -139,7 +140,8 @@ async def run_bench(target: Target, texts: Texts, args, cpu: CpuAccount | None) 
         return {**figures, **({"cpu_s": cpu_s} if cpu_s else {})}
 
     phases = [
-        ("single", lambda: bench_single(target, texts, ingest_corpus, run_id, args.single, cpu=cpu)),
+        ("single", lambda: bench_single_runs(target, texts, ingest_corpus, run_id, args.single, args.single_runs,
+                                             cpu=cpu)),
         ("batch", lambda: bench_batch(target, texts, ingest_corpus, run_id, args.batches, cpu=cpu)),
         ("resolve", resolve),
     ]
@@ -179,10 +181,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     # Phases of several seconds each: long enough that the folds of what was accepted compete
     # for the cores, as under sustained load, rather than a burst that ends before they start.
     p.add_argument("--single", type=int, default=10000, help="single ingest requests (default 10000)")
+    p.add_argument("--single-runs", type=int, default=3,
+                   help="single phases run back to back; their medians are judged (default 3)")
     p.add_argument("--batches", type=int, default=400, help="batches of 100 entries (default 400)")
     p.add_argument("--rate", type=float, default=50.0, help="ingests/s of the 202-to-resolved phase (default 50)")
     p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="JSONL with _id, title, text")
     args = p.parse_args(argv)
+    if args.single_runs < 1:
+        p.error("--single-runs is at least 1")
     if bool(args.url) != bool(args.api_key):
         p.error("--url and --api-key go together (or CONTENTSVC_URL and CONTENTSVC_API_KEY)")
     return args
@@ -225,7 +231,8 @@ def main(argv: list[str]) -> int:
         **run.head("ingest"),
         "service": {"base_url": target.base_url, "started_by_bench": target.own,
                     "processes": "contentsvc run (api + projectors)" if target.own else "external"},
-        "parameters": {"single_requests": args.single, "single_concurrency": SINGLE_CONCURRENCY,
+        "parameters": {"single_requests": args.single, "single_runs": args.single_runs,
+                       "single_concurrency": SINGLE_CONCURRENCY,
                        "batches": args.batches, "batch_size": BATCH_SIZE, "batch_concurrency": BATCH_CONCURRENCY,
                        "resolve_rate_per_s": args.rate, "resolve_seconds": 2 * args.seconds,
                        "raw_seconds": args.seconds, "raw_concurrency": RAW_CONCURRENCY, "raw_batch": RAW_BATCH,

@@ -3,6 +3,7 @@ loop, then how long the projectors take to resolve the last Receipts."""
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from contentsvc.bench.ingest_requests import (DRAIN_CAP_S, PHASE_CAP_S, Texts, closed_loop, decode, encode,
@@ -53,3 +54,16 @@ async def bench_single(target: Target, texts: Texts, corpus_id: str, run_id: str
         "client_cpu_s": round(loop.cpu, 2),
         "drain_after_phase": drain,
     }
+
+
+async def bench_single_runs(target: Target, texts: Texts, corpus_id: str, run_id: str, n: int, runs: int,
+                            cpu: CpuAccount | None = None) -> dict[str, Any]:
+    """`runs` single phases back to back, each of `n` new Records: the figures of the run of median
+    throughput, with every run's throughput and p99 and the median of each beside them, so that
+    one run the machine disturbed (another process on the two cores) decides no target alone."""
+    figures = [await bench_single(target, texts, corpus_id, f"{run_id}r{i}", n, cpu=cpu) for i in range(runs)]
+    each = [{"throughput_req_per_s": f["throughput_req_per_s"], "p99_ms": f["latency"]["p99_ms"]} for f in figures]
+    median_run = sorted(range(runs), key=lambda i: each[i]["throughput_req_per_s"] or 0)[(runs - 1) // 2]
+    return {**figures[median_run], "median_run": median_run, "runs": each,
+            "median_throughput_req_per_s": each[median_run]["throughput_req_per_s"],
+            "median_p99_ms": statistics.median_low([r["p99_ms"] for r in each if r["p99_ms"] is not None] or [None])}

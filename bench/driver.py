@@ -8,6 +8,7 @@ import logging
 import operator
 import os
 import platform
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +26,31 @@ COMPARE = {">=": operator.ge, "<=": operator.le, "<": operator.lt}
 
 class BenchError(RuntimeError):
     """A run that cannot go on; the suite prints it and exits 1."""
+
+
+class Progress:
+    """One line of progress on stderr: rewritten in place on a terminal; elsewhere (a log file,
+    CI) a line of its own at most every `every_s` seconds, so that the log reads as lines."""
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        self.terminal = sys.stderr.isatty()
+        self.every_s = every_s
+        self._last: float | None = None
+
+    def show(self, text: str) -> None:
+        now = time.monotonic()
+        if self.terminal:
+            print(f"\r{text}", end="", file=sys.stderr, flush=True)
+        elif self._last is None or now - self._last >= self.every_s:
+            print(text, file=sys.stderr, flush=True)
+        else:
+            return
+        self._last = now
+
+    def done(self) -> None:
+        """Ends the line rewritten in place, if one was shown."""
+        if self.terminal and self._last is not None:
+            print(file=sys.stderr, flush=True)
 
 
 def quiet_http_logs() -> None:

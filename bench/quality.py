@@ -31,7 +31,8 @@ from pathlib import Path
 import psycopg
 import tantivy
 
-from contentsvc.bench.driver import DATASETS, RESULTS_DIR, BenchError, Run, closing_lines, meets, write_results
+from contentsvc.bench.driver import (DATASETS, RESULTS_DIR, BenchError, Progress, Run, closing_lines, meets,
+                                     write_results)
 from contentsvc.bench.search import API_MAX_LIMIT, ingest_all, load_dataset, ndcg_at, raw_query, score
 from contentsvc.bench.service import OwnService, api_client, create_corpus
 from contentsvc.search.fusion import Fusion
@@ -54,14 +55,14 @@ class Listed:
 
 
 def wait_enriched(database_url: str, expected: dict[str, int], cap_s: float) -> float:
-    started = time.perf_counter()
+    started, progress = time.perf_counter(), Progress()
     with psycopg.connect(database_url, autocommit=True) as conn:
         while time.perf_counter() - started < cap_s:
             counts = dict(conn.execute("SELECT corpus_id, count(*) FILTER (WHERE enriched) FROM versions"
                                        " GROUP BY corpus_id").fetchall())
-            print(f"\r[bench quality] enriched {counts}", end="", file=sys.stderr)
+            progress.show(f"[bench quality] enriched {counts}")
             if all(counts.get(c, 0) >= n for c, n in expected.items()):
-                print(file=sys.stderr)
+                progress.done()
                 return round(time.perf_counter() - started, 1)
             time.sleep(2.0)
     raise BenchError(f"not every Version was embedded within {cap_s} s")

@@ -33,7 +33,8 @@ import psycopg
 import tantivy
 
 from contentsvc.bench.http_load import LoadClient
-from contentsvc.bench.driver import DATASETS, RESULTS_DIR, BenchError, Run, closing_lines, meets, write_results
+from contentsvc.bench.driver import (DATASETS, RESULTS_DIR, BenchError, Progress, Run, closing_lines, meets,
+                                     write_results)
 from contentsvc.bench.service import OwnService, api_client, create_corpus, folds_caught_up
 from contentsvc.bench.stats import latency_summary
 from contentsvc.search.lexical_index import WRITER_HEAP_PER_THREAD
@@ -98,6 +99,7 @@ def wait_ready(database_url: str, n: int, cap_s: float) -> dict:
     """Until every Version is searchable and enriched; returns the times each was reached."""
     started = time.perf_counter()
     out = {"searchable_s": None, "enriched_s": None}
+    progress = Progress()
     with psycopg.connect(database_url, autocommit=True) as conn:
         while time.perf_counter() - started < cap_s:
             searchable, enriched = conn.execute(
@@ -109,9 +111,9 @@ def wait_ready(database_url: str, n: int, cap_s: float) -> dict:
             if enriched >= n:
                 out["enriched_s"] = now
                 break
-            print(f"\r[bench search] searchable {searchable}/{n}  enriched {enriched}/{n}", end="", file=sys.stderr)
+            progress.show(f"[bench search] searchable {searchable}/{n}  enriched {enriched}/{n}")
             time.sleep(1.0)
-    print(file=sys.stderr)
+    progress.done()
     return out
 
 

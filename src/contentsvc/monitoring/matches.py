@@ -245,8 +245,9 @@ async def fold_not_current(conn: AsyncConnection, e: JournalEvent, settings: Del
 async def fold_withdrawn(conn: AsyncConnection, e: JournalEvent, settings: DeliverySettings) -> list[NewEvent]:
     record_id = e.payload.record_id
     # By the Record's Versions (their record.accepted events, journal_record_history), each then
-    # by monitor_evaluations_by_version: no index leads with record_id, and the table's heap holds
-    # every evaluation that ended since its last vacuum, which a scan for record_id would read.
+    # by the table's key, which leads with the Version (schema/032): no index leads with record_id,
+    # and the heap holds every evaluation that ended since its last vacuum, which a scan for
+    # record_id would read.
     await conn.execute(
         "DELETE FROM monitor_evaluations WHERE version_id IN (SELECT j.version_id FROM journal j"
         " WHERE j.org_id = %s AND j.corpus_id = %s AND j.subject_id = %s AND j.kind = 'record.accepted'"

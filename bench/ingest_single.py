@@ -56,6 +56,15 @@ async def bench_single(target: Target, texts: Texts, corpus_id: str, run_id: str
     }
 
 
+def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """What `bench_single_runs` judges: the run of median throughput (the lower middle one for an
+    even count) and the median p99 over every run, each median taken on its own."""
+    middle = sorted(range(len(runs)), key=lambda i: runs[i]["throughput_req_per_s"] or 0)[(len(runs) - 1) // 2]
+    p99s = [r["p99_ms"] for r in runs if r["p99_ms"] is not None]
+    return {"median_run": middle, "median_throughput_req_per_s": runs[middle]["throughput_req_per_s"],
+            "median_p99_ms": statistics.median_low(p99s) if p99s else None}
+
+
 async def bench_single_runs(target: Target, texts: Texts, corpus_id: str, run_id: str, n: int, runs: int,
                             cpu: CpuAccount | None = None) -> dict[str, Any]:
     """`runs` single phases back to back, each of `n` new Records: the figures of the run of median
@@ -63,7 +72,5 @@ async def bench_single_runs(target: Target, texts: Texts, corpus_id: str, run_id
     one run the machine disturbed (another process on the two cores) decides no target alone."""
     figures = [await bench_single(target, texts, corpus_id, f"{run_id}r{i}", n, cpu=cpu) for i in range(runs)]
     each = [{"throughput_req_per_s": f["throughput_req_per_s"], "p99_ms": f["latency"]["p99_ms"]} for f in figures]
-    median_run = sorted(range(runs), key=lambda i: each[i]["throughput_req_per_s"] or 0)[(runs - 1) // 2]
-    return {**figures[median_run], "median_run": median_run, "runs": each,
-            "median_throughput_req_per_s": each[median_run]["throughput_req_per_s"],
-            "median_p99_ms": statistics.median_low([r["p99_ms"] for r in each if r["p99_ms"] is not None] or [None])}
+    judged = medians(each)
+    return {**figures[judged["median_run"]], **judged, "runs": each}

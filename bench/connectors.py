@@ -61,6 +61,7 @@ from contentsvc.bench.driver import (
     judge,
     machine_line,
     target_lines,
+    teller,
     write_results,
 )
 from contentsvc.bench.http_load import LoadClient, LoadError
@@ -88,8 +89,7 @@ TARGETS = {
 }
 
 
-def say(message: str) -> None:
-    print(f"[bench connectors] {message}", file=sys.stderr, flush=True)
+say = teller("connectors")
 
 
 def item_content(doc: dict[str, str]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 import psycopg
@@ -26,6 +26,13 @@ COMPARE = {">=": operator.ge, "<=": operator.le, "<": operator.lt}
 
 class BenchError(RuntimeError):
     """A run that cannot go on; the suite prints it and exits 1."""
+
+
+def teller(bench: str) -> Callable[[str], None]:
+    """The suite's progress printer: each message a line of its own on stderr, as `[bench NAME] message`."""
+    def say(message: str) -> None:
+        print(f"[bench {bench}] {message}", file=sys.stderr, flush=True)
+    return say
 
 
 class Progress:

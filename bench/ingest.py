@@ -64,6 +64,7 @@ from contentsvc.bench.driver import (
     RESULTS_DIR,
     BenchError,
     Run,
+    teller,
     write_results,
 )
 from contentsvc.bench.ingest_batch import BATCH_CONCURRENCY, BATCH_SIZE, bench_batch
@@ -84,6 +85,8 @@ from contentsvc.bench.service import (
 from contentsvc.config import current_settings
 from contentsvc.search.engine_space import engine_vectors_enabled
 
+say = teller("ingest")
+
 RESULT_PATH = RESULTS_DIR / "ingest.json"
 # A run against a running service (--url) is measured on a service the bench did not start, with
 # no reference phases: it is written beside the reference run, never over it.
@@ -94,10 +97,10 @@ DEFAULT_CORPUS = DATASETS / "scifact" / "corpus.jsonl"
 
 async def announced(name: str, phase: Awaitable[dict[str, Any]]) -> dict[str, Any]:
     """Awaits one phase, saying on stderr when it starts and how long it took."""
-    print(f"[bench ingest] {name} ...", file=sys.stderr, flush=True)
+    say(f"{name} ...")
     t = time.perf_counter()
     figures = await phase
-    print(f"[bench ingest] {name} done in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+    say(f"{name} done in {time.perf_counter() - t:.1f} s")
     return figures
 
 

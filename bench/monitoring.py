@@ -38,7 +38,7 @@ import psycopg
 
 from contentsvc.bench import monitoring_phases as phases
 from contentsvc.bench.driver import target_lines, DATASETS, RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, \
-    machine_line, write_results
+    machine_line, teller, write_results
 from contentsvc.bench.monitoring_receiver import Receiver
 from contentsvc.bench.monitoring_workload import deploy, expressions, load_documents, subscribe_all
 from contentsvc.bench.process_cpu import CpuAccount, busiest, counted
@@ -57,8 +57,7 @@ TARGETS = {
 }
 
 
-def say(message: str) -> None:
-    print(f"[bench monitoring] {message}", file=sys.stderr, flush=True)
+say = teller("monitoring")
 
 
 async def run_bench(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:

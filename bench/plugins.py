@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from contentsvc.bench.driver import (target_lines, RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, machine_line,
-                                     write_results)
+                                     teller, write_results)
 from contentsvc.bench.plugins_roundtrip import bench_roundtrip
 from contentsvc.bench.plugins_throughput import CONCURRENCY, WARM_UP, bench_throughput, pin_pdf
 from contentsvc.bench.service import OwnService, scan_server_log
@@ -47,8 +47,7 @@ CLIENT_LOG = RESULTS_DIR / "plugins-client.log"
 TARGETS = {"overhead_p50_ms": {"op": "<=", "value": 2.0, "unit": "ms"}}
 
 
-def say(message: str) -> None:
-    print(f"[bench plugins] {message}", file=sys.stderr, flush=True)
+say = teller("plugins")
 
 
 def run_bench(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:

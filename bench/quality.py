@@ -32,11 +32,13 @@ import psycopg
 import tantivy
 
 from contentsvc.bench.driver import (DATASETS, RESULTS_DIR, BenchError, Progress, Run, closing_lines, meets,
-                                     write_results)
+                                     teller, write_results)
 from contentsvc.bench.search import API_MAX_LIMIT, ingest_all, load_dataset, ndcg_at, raw_query, score
 from contentsvc.bench.service import OwnService, api_client, create_corpus
 from contentsvc.search.fusion import Fusion
 from contentsvc.search.service import FUSIONS
+
+say = teller("quality")
 
 RESULT_PATH = RESULTS_DIR / "quality.json"
 SERVER_LOG = RESULTS_DIR / "quality-server.log"
@@ -160,7 +162,7 @@ async def run(args, clock: Run) -> dict:
         async with api_client(target, timeout=120) as client:
             for c in COLLECTIONS:
                 await create_corpus(client, c, c)
-                print(f"[bench quality] ingesting {c} ...", file=sys.stderr)
+                say(f"ingesting {c} ...")
                 await ingest_all(client, data[c][0], c)
             report["embedded_after_s"] = wait_enriched(target.database_url,
                                                        {c: len(data[c][0]) for c in COLLECTIONS}, args.cap)
@@ -173,7 +175,7 @@ async def run(args, clock: Run) -> dict:
                 answered = {}
                 for mode, profile in (("lexical", "default"), ("semantic", "default"), ("hybrid", "default"),
                                       ("hybrid", "rrf")):
-                    print(f"[bench quality] {c} {mode} ({profile}) ...", file=sys.stderr)
+                    say(f"{c} {mode} ({profile}) ...")
                     # A search of 10 hits for nDCG@10 (hybrid fuses as many candidates as a limit asks
                     # for), the API's largest page for recall.
                     answered[mode, profile] = await search_all(client, c, queries, mode, profile, key_of,
@@ -183,7 +185,7 @@ async def run(args, clock: Run) -> dict:
                     modes[name] = score(keys(answered[mode, profile]), qrels, top10=keys(top10))
                 lists[c] = {q: (answered["lexical", "default"].get(q, []), answered["semantic", "default"].get(q, []))
                             for q in qrels}
-                print(f"[bench quality] {c} raw engine ...", file=sys.stderr)
+                say(f"{c} raw engine ...")
                 report["collections"][c].update(modes=modes, raw_engine=raw_engine(*data[c]))
     finally:
         service.stop()

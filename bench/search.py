@@ -34,10 +34,12 @@ import tantivy
 
 from contentsvc.bench.http_load import LoadClient
 from contentsvc.bench.driver import (DATASETS, RESULTS_DIR, BenchError, Progress, Run, closing_lines, meets,
-                                     write_results)
+                                     teller, write_results)
 from contentsvc.bench.service import OwnService, api_client, create_corpus, folds_caught_up
 from contentsvc.bench.stats import latency_summary
 from contentsvc.search.lexical_index import WRITER_HEAP_PER_THREAD
+
+say = teller("search")
 
 DATASET = DATASETS / "scifact"
 RESULT_PATH = RESULTS_DIR / "search.json"
@@ -365,7 +367,7 @@ async def run(args, clock: Run) -> dict:
         async with api_client(target, timeout=60) as client:
             for corpus in (CORPUS, "freshness"):
                 await create_corpus(client, corpus, corpus)
-            print("[bench search] ingesting ...", file=sys.stderr)
+            say("ingesting ...")
             ingest_s = await ingest_all(client, docs)
             ready = wait_ready(target.database_url, len(docs), args.cap)
             report["ingest"] = {"seconds": round(ingest_s, 1), **ready,
@@ -376,7 +378,7 @@ async def run(args, clock: Run) -> dict:
             report["modes"] = {}
             load = LoadClient(target.base_url, target.api_key, 8)
             for mode in MODES:
-                print(f"[bench search] {mode} ...", file=sys.stderr)
+                say(f"{mode} ...")
                 await run_queries(load, dict(list(queries.items())[:10]), mode, 1, id_of)  # warm up
                 # Relevance with the API's largest page; latency with the default page (10 hits).
                 rankings, _, errors, _ = await run_queries(load, queries, mode, 1, id_of)
@@ -388,13 +390,13 @@ async def run(args, clock: Run) -> dict:
             report["http_floor"] = await http_floor(load, len(queries))
             await load.aclose()
             report["query_client"] = "bench/http_load.py LoadClient: keep-alive HTTP/1.1, one request per connection"
-            print("[bench search] postgres full-text baseline ...", file=sys.stderr)
+            say("postgres full-text baseline ...")
             report["postgres_fts"] = postgres_fts(target.database_url, docs, queries, qrels)
-            print("[bench search] freshness ...", file=sys.stderr)
+            say("freshness ...")
             report["freshness"] = await freshness(client, args.fresh_seconds, args.fresh_rate)
-        print("[bench search] replay ...", file=sys.stderr)
+        say("replay ...")
         report["replay"] = await replay_rate(target.database_url, home, args.cap, list(queries.values()))
-        print("[bench search] long Versions ...", file=sys.stderr)
+        say("long Versions ...")
         report["long_versions"] = await long_versions(target, docs, queries, args.cap)
     finally:
         service.stop()

@@ -48,12 +48,14 @@ from typing import Any, Iterator
 import httpx
 
 from contentsvc.bench.driver import (target_lines, RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, machine_line,
-                                     write_results)
+                                     teller, write_results)
 from contentsvc.bench.service import OwnService, scan_server_log
 from contentsvc.bench.upload_references import (client_alone_seconds, durably_timed, hash_alone_seconds,
                                                store_alone_seconds)
 from contentsvc.processes.children import supervised_children
 from contentsvc.processes.registry import API
+
+say = teller("upload")
 
 RESULT_PATH = RESULTS_DIR / "upload.json"
 SERVER_LOG = RESULTS_DIR / "upload-server.log"
@@ -203,22 +205,22 @@ def warm_up(client: httpx.Client) -> None:
 
 def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> dict[str, Any]:
     source, copy = workdir / "source.bin", workdir / "copy.bin"
-    print(f"[bench upload] writing {size // MiB} MiB of random bytes to {source} ...", file=sys.stderr, flush=True)
+    say(f"writing {size // MiB} MiB of random bytes to {source} ...")
     sha256 = make_source(source, size)
 
     copies = []
     for i in range(runs):
         copies.append(timed_copy(source, copy))
-        print(f"[bench upload] copy {i + 1}/{runs}: {size / copies[-1] / 1e6:,.0f} MB/s", file=sys.stderr, flush=True)
+        say(f"copy {i + 1}/{runs}: {size / copies[-1] / 1e6:,.0f} MB/s")
 
     client_alone, store_alone, hash_alone = [], [], []
     for i in range(runs):
         client_alone.append(client_alone_seconds(file_chunks(source), {"Content-Length": str(size)}))
         store_alone.append(store_alone_seconds(source, copy))
         hash_alone.append(hash_alone_seconds(source))
-        print(f"[bench upload] references {i + 1}/{runs}: client alone {size / client_alone[-1] / 1e6:,.0f} MB/s, "
-              f"store alone {size / store_alone[-1] / 1e6:,.0f} MB/s, "
-              f"hash alone {size / hash_alone[-1] / 1e6:,.0f} MB/s", file=sys.stderr, flush=True)
+        say(f"references {i + 1}/{runs}: client alone {size / client_alone[-1] / 1e6:,.0f} MB/s, "
+    f"store alone {size / store_alone[-1] / 1e6:,.0f} MB/s, "
+    f"hash alone {size / hash_alone[-1] / 1e6:,.0f} MB/s")
 
     api_pid = serve_child(own.process.pid)
     puts = []
@@ -227,8 +229,8 @@ def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> d
         warm_up(client)
         for i in range(runs):
             puts.append(one_put(client, api_pid, source, size, sha256))
-            print(f"[bench upload] PUT {i + 1}/{runs}: {puts[-1]['mb_per_s']:,.0f} MB/s, API RSS +"
-                  f"{puts[-1]['rss_growth_mib']} MiB", file=sys.stderr, flush=True)
+            say(f"PUT {i + 1}/{runs}: {puts[-1]['mb_per_s']:,.0f} MB/s, API RSS +"
+              f"{puts[-1]['rss_growth_mib']} MiB")
     source.unlink()
 
     def rates(seconds: list[float]) -> dict[str, Any]:

@@ -6,6 +6,8 @@ import resource
 from collections import Counter
 from typing import Any
 
+import psutil
+
 
 def percentile(values: list[float], q: float) -> float | None:
     """Nearest-rank percentile."""
@@ -50,3 +52,11 @@ class Errors:
 def cpu_seconds() -> float:
     u = resource.getrusage(resource.RUSAGE_SELF)
     return u.ru_utime + u.ru_stime
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores together have spent working since boot (user, nice, system, irq and
+    softirq: not idle, waiting on I/O or stolen by the host). The difference around a phase is
+    what the whole machine spent on it: client, server and the kernel's threads together."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + t.irq + t.softirq

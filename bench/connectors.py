@@ -68,8 +68,8 @@ from contentsvc.bench.driver import (
     write_results,
 )
 from contentsvc.bench.http_load import LoadClient, LoadError
-from contentsvc.bench.process_cpu import CpuAccount, busiest, counted
 from contentsvc.bench.monitoring_workload import load_documents, text_of
+from contentsvc.bench.process_cpu import CpuAccount, busiest, counted
 from contentsvc.bench.service import (
     JSON_HEADERS,
     OwnService,

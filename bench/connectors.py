@@ -78,7 +78,7 @@ from contentsvc.bench.service import (
     folds_caught_up,
     scan_server_log,
 )
-from contentsvc.bench.stats import Errors, cpu_seconds, latency_summary
+from contentsvc.bench.stats import Errors, cpu_seconds, latency_summary, median_low_index
 
 RESULT_PATH = RESULTS_DIR / "connectors.json"
 SERVER_LOG = RESULTS_DIR / "connectors-server.log"
@@ -300,8 +300,7 @@ def median_pair(pairs: list[dict[str, Any]]) -> int:
     """The index of the pair of batch and pull runs whose ratio is the median (the lower of the
     middle two for an even count): one pair the machine disturbed decides nothing alone, and the
     figures judged are a real pair's."""
-    by_ratio = sorted(range(len(pairs)), key=lambda n: pairs[n]["pull_to_batch_ratio"])
-    return by_ratio[(len(pairs) - 1) // 2]
+    return median_low_index([pair["pull_to_batch_ratio"] for pair in pairs])
 
 
 def summary_text(report: dict[str, Any]) -> str:

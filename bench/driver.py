@@ -39,13 +39,14 @@ class Progress:
     """One line of progress on stderr: rewritten in place on a terminal; elsewhere (a log file,
     CI) a line of its own at most every `every_s` seconds, so that the log reads as lines."""
 
-    def __init__(self, every_s: float = 10.0) -> None:
+    def __init__(self, bench: str, every_s: float = 10.0) -> None:
+        self.prefix = f"[bench {bench}] "
         self.terminal = sys.stderr.isatty()
         self.every_s = every_s
         self._last: float | None = None
 
     def show(self, text: str) -> None:
-        now = time.monotonic()
+        now, text = time.monotonic(), self.prefix + text
         if self.terminal:
             print(f"\r{text}", end="", file=sys.stderr, flush=True)
         elif self._last is None or now - self._last >= self.every_s:

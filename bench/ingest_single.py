@@ -11,7 +11,7 @@ from contentsvc.bench.ingest_requests import (DRAIN_CAP_S, PHASE_CAP_S, Texts, c
 from contentsvc.bench.http_load import Answer, LoadClient
 from contentsvc.bench.process_cpu import CpuAccount, counted
 from contentsvc.bench.service import Target, api_client, folds_paused
-from contentsvc.bench.stats import latency_summary
+from contentsvc.bench.stats import latency_summary, median_low_index
 
 SINGLE_CONCURRENCY = 16
 
@@ -59,7 +59,7 @@ async def bench_single(target: Target, texts: Texts, corpus_id: str, run_id: str
 def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """What `bench_single_runs` judges: the run of median throughput (the lower middle one for an
     even count) and the median p99 over every run, each median taken on its own."""
-    middle = sorted(range(len(runs)), key=lambda i: runs[i]["throughput_req_per_s"] or 0)[(len(runs) - 1) // 2]
+    middle = median_low_index([r["throughput_req_per_s"] or 0 for r in runs])
     p99s = [r["p99_ms"] for r in runs if r["p99_ms"] is not None]
     return {"median_run": middle, "median_throughput_req_per_s": runs[middle]["throughput_req_per_s"],
             "median_p99_ms": statistics.median_low(p99s) if p99s else None}

@@ -57,12 +57,12 @@ class Listed:
 
 
 def wait_enriched(database_url: str, expected: dict[str, int], cap_s: float) -> float:
-    started, progress = time.perf_counter(), Progress()
+    started, progress = time.perf_counter(), Progress("quality")
     with psycopg.connect(database_url, autocommit=True) as conn:
         while time.perf_counter() - started < cap_s:
             counts = dict(conn.execute("SELECT corpus_id, count(*) FILTER (WHERE enriched) FROM versions"
                                        " GROUP BY corpus_id").fetchall())
-            progress.show(f"[bench quality] enriched {counts}")
+            progress.show(f"enriched {counts}")
             if all(counts.get(c, 0) >= n for c, n in expected.items()):
                 progress.done()
                 return round(time.perf_counter() - started, 1)

@@ -101,7 +101,7 @@ def wait_ready(database_url: str, n: int, cap_s: float) -> dict:
     """Until every Version is searchable and enriched; returns the times each was reached."""
     started = time.perf_counter()
     out = {"searchable_s": None, "enriched_s": None}
-    progress = Progress()
+    progress = Progress("search")
     with psycopg.connect(database_url, autocommit=True) as conn:
         while time.perf_counter() - started < cap_s:
             searchable, enriched = conn.execute(
@@ -113,7 +113,7 @@ def wait_ready(database_url: str, n: int, cap_s: float) -> dict:
             if enriched >= n:
                 out["enriched_s"] = now
                 break
-            progress.show(f"[bench search] searchable {searchable}/{n}  enriched {enriched}/{n}")
+            progress.show(f"searchable {searchable}/{n}  enriched {enriched}/{n}")
             time.sleep(1.0)
     progress.done()
     return out

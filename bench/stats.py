@@ -49,6 +49,12 @@ class Errors:
         return {"total": self.total(), "by_kind": dict(self.counts), "samples": self.samples}
 
 
+def median_low_index(values: list[float]) -> int:
+    """The position of the median value (the lower middle one for an even count), so that the
+    figures reported beside a median are a real run's."""
+    return sorted(range(len(values)), key=values.__getitem__)[(len(values) - 1) // 2]
+
+
 def cpu_seconds() -> float:
     u = resource.getrusage(resource.RUSAGE_SELF)
     return u.ru_utime + u.ru_stime

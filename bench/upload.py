@@ -46,12 +46,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
-import psutil
 
 from contentsvc.bench.driver import (target_lines, RESULTS_DIR, BenchError, Run, closing_lines, fmt, judge, machine_line,
                                      teller, write_results)
+from contentsvc.bench.process_cpu import CpuAccount, counted
 from contentsvc.bench.service import OwnService, scan_server_log
-from contentsvc.bench.stats import cpu_seconds, machine_busy_seconds
+from contentsvc.bench.stats import machine_busy_seconds
 from contentsvc.bench.upload_references import (client_alone_seconds, durably_timed, hash_alone_seconds,
                                                store_alone_seconds)
 from contentsvc.processes.children import supervised_children
@@ -155,18 +155,17 @@ def create_upload(client: httpx.Client, size: int, sha256: str) -> dict:
     return r.json()
 
 
-def put_upload(upload: dict, source: Path, api: psutil.Process) -> tuple[float, dict[str, float], httpx.Response]:
-    """Seconds the PUT took, the CPU seconds spent meanwhile (by the machine, the API process and
-    this client's process), and its answer."""
-    def cpu() -> dict[str, float]:
-        return {"machine_cpu_s": machine_busy_seconds(), "api_cpu_s": sum(api.cpu_times()[:2]),
-                "client_cpu_s": cpu_seconds()}
-
+def put_upload(upload: dict, source: Path, cpu: CpuAccount) -> tuple[float, dict[str, float], httpx.Response]:
+    """Seconds the PUT took, the CPU seconds spent meanwhile (by the whole machine, the API
+    process and this client's process), and its answer."""
     with httpx.Client(timeout=httpx.Timeout(300.0)) as anonymous:  # the presigned PUT carries no API key
-        before, started = cpu(), time.perf_counter()
-        r = anonymous.put(upload["put_url"], content=file_chunks(source), headers=upload["put_headers"])
-        elapsed, after = time.perf_counter() - started, cpu()
-    return elapsed, {name: round(after[name] - before[name], 3) for name in before}, r
+        with counted(cpu) as used:
+            busy, started = machine_busy_seconds(), time.perf_counter()
+            r = anonymous.put(upload["put_url"], content=file_chunks(source), headers=upload["put_headers"])
+            elapsed, busy = time.perf_counter() - started, machine_busy_seconds() - busy
+    by_process = used["by_process"]
+    return elapsed, {"machine_cpu_s": round(busy, 3), "api_cpu_s": by_process.get("api", 0.0),
+                     "client_cpu_s": by_process.get("bench client", 0.0)}, r
 
 
 def confirm(client: httpx.Client, upload_id: str) -> dict:
@@ -176,13 +175,14 @@ def confirm(client: httpx.Client, upload_id: str) -> dict:
     return r.json()
 
 
-def one_put(client: httpx.Client, api_pid: int, source: Path, size: int, sha256: str) -> dict[str, Any]:
+def one_put(client: httpx.Client, api_pid: int, cpu: CpuAccount, source: Path, size: int,
+            sha256: str) -> dict[str, Any]:
     upload = create_upload(client, size, sha256)
     baseline = rss_bytes(api_pid)
     sampler = RssSampler(api_pid)
     sampler.start()
     try:
-        elapsed, cpu, r = put_upload(upload, source, psutil.Process(api_pid))
+        elapsed, used, r = put_upload(upload, source, cpu)
     finally:
         samples = sampler.stop()
     if r.status_code != 200:
@@ -195,7 +195,7 @@ def one_put(client: httpx.Client, api_pid: int, source: Path, size: int, sha256:
         "upload_id": upload["upload_id"],
         "seconds": round(elapsed, 3),
         "mb_per_s": round(size / elapsed / 1e6, 1),
-        **cpu,
+        **used,
         "rss_baseline_mib": round(baseline / MiB, 1),
         "rss_peak_mib": round(peak / MiB, 1),
         "rss_growth_mib": round((peak - baseline) / MiB, 1),
@@ -234,13 +234,17 @@ def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> d
 
     api_pid = serve_child(own.process.pid)
     puts = []
-    with httpx.Client(base_url=target.base_url, headers={"Authorization": f"Bearer {target.api_key}"},
-                      timeout=60) as client:
-        warm_up(client)
-        for i in range(runs):
-            puts.append(one_put(client, api_pid, source, size, sha256))
-            say(f"PUT {i + 1}/{runs}: {puts[-1]['mb_per_s']:,.0f} MB/s, API RSS +"
-                f"{puts[-1]['rss_growth_mib']} MiB")
+    cpu = CpuAccount(own.process.pid, target.database_url)
+    try:
+        with httpx.Client(base_url=target.base_url, headers={"Authorization": f"Bearer {target.api_key}"},
+                          timeout=60) as client:
+            warm_up(client)
+            for i in range(runs):
+                puts.append(one_put(client, api_pid, cpu, source, size, sha256))
+                say(f"PUT {i + 1}/{runs}: {puts[-1]['mb_per_s']:,.0f} MB/s, API RSS +"
+                    f"{puts[-1]['rss_growth_mib']} MiB")
+    finally:
+        cpu.close()
     source.unlink()
 
     def rates(seconds: list[float]) -> dict[str, Any]:

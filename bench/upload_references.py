@@ -83,7 +83,7 @@ def client_alone_seconds(chunks: Iterator[bytes], headers: dict[str, str]) -> fl
 
 def durably_timed(target: Path, write: Callable[[], None]) -> float:
     """Seconds for write() to make `target` and for its bytes to reach the disk (fsync); the
-    file is removed afterwards. The copy's ceiling and the store's reference are both timed so."""
+    file is removed afterwards: how the copy's ceiling is timed."""
     started = time.perf_counter()
     write()
     fd = os.open(target, os.O_RDONLY)

@@ -13,10 +13,12 @@ source file and the copy all live on the same disk. Then:
   1. writes a --size-mib file of random bytes (fsync'd) and its SHA-256;
   2. the ceiling: a plain file copy on the same disk (shutil.copyfile, then
      fsync of the copy), --runs times;
-     and three references (upload_references.py), --runs times each: the same
+     and four references (upload_references.py), --runs times each: the same
      client's PUT to a server that discards the body, the blob store's own
-     hashing, writing and fsync of the file without HTTP, and SHA-256 of the
-     file alone in one thread (the bound of any store that hashes as it receives);
+     hashing, writing and fsync of the file without HTTP, SHA-256 of the
+     file alone in one thread (the bound of any store that hashes as it receives),
+     and the same client's PUT to a bare receiver with no framework that hashes,
+     writes and fsyncs the body (what the PUT's own work allows here);
   3. --runs times: createUpload, then the presigned PUT of the file with
      httpx, streaming a generator of 1 MiB chunks with the Upload's
      put_headers, timed from the first byte sent to the 200 (the server has
@@ -52,8 +54,8 @@ from contentsvc.bench.driver import (target_lines, RESULTS_DIR, BenchError, Run,
 from contentsvc.bench.process_cpu import CpuAccount, counted
 from contentsvc.bench.service import OwnService, scan_server_log
 from contentsvc.bench.stats import machine_busy_seconds
-from contentsvc.bench.upload_references import (client_alone_seconds, durably_timed, hash_alone_seconds,
-                                               store_alone_seconds)
+from contentsvc.bench.upload_references import (bare_receiver_seconds, client_alone_seconds, durably_timed,
+                                               hash_alone_seconds, store_alone_seconds)
 from contentsvc.processes.children import supervised_children
 from contentsvc.processes.registry import API
 
@@ -223,14 +225,17 @@ def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> d
         copies.append(timed_copy(source, copy))
         say(f"copy {i + 1}/{runs}: {size / copies[-1] / 1e6:,.0f} MB/s")
 
-    client_alone, store_alone, hash_alone = [], [], []
+    client_alone, store_alone, hash_alone, bare_receiver = [], [], [], []
     for i in range(runs):
         client_alone.append(client_alone_seconds(file_chunks(source), {"Content-Length": str(size)}))
         store_alone.append(store_alone_seconds(source, workdir / "store-alone"))
         hash_alone.append(hash_alone_seconds(source))
+        bare_receiver.append(bare_receiver_seconds(file_chunks(source), {
+            "Content-Length": str(size), "x-content-sha256": sha256}, workdir / "bare-receiver"))
         say(f"references {i + 1}/{runs}: client alone {size / client_alone[-1] / 1e6:,.0f} MB/s, "
             f"store alone {size / store_alone[-1] / 1e6:,.0f} MB/s, "
-            f"hash alone {size / hash_alone[-1] / 1e6:,.0f} MB/s")
+            f"hash alone {size / hash_alone[-1] / 1e6:,.0f} MB/s, "
+            f"bare receiver {size / bare_receiver[-1] / 1e6:,.0f} MB/s")
 
     api_pid = serve_child(own.process.pid)
     puts = []
@@ -260,10 +265,14 @@ def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> d
         "sha256": sha256,
         "copy": rates(copies),
         # What bounds the PUT besides the API (upload_references.py): the same client to a server
-        # that discards, the blob store's hashing and writing without HTTP, and SHA-256 alone.
+        # that discards, the blob store's hashing and writing without HTTP, SHA-256 alone, and the
+        # same client to a bare receiver doing the PUT's work with no framework around it.
         "client_alone": rates(client_alone),
         "store_alone": rates(store_alone),
         "hash_alone": rates(hash_alone),
+        "bare_receiver": rates(bare_receiver),
+        "bare_receiver_to_copy_ratio": round(rates(bare_receiver)["best_mb_per_s"] / max(copy_rates), 3),
+        "put_to_bare_receiver_ratio": round(max(put_rates) / rates(bare_receiver)["best_mb_per_s"], 3),
         # Where this is under the target, no PUT that hashes as it receives can meet it here.
         "hash_alone_to_copy_ratio": round(rates(hash_alone)["best_mb_per_s"] / max(copy_rates), 3),
         "put_to_client_alone_ratio": round(max(put_rates) / client_best, 3),
@@ -299,7 +308,7 @@ def summary_text(report: dict[str, Any]) -> str:
     lines.append(f"plain copy + fsync  best {fmt(res['copy']['best_mb_per_s'])} MB/s   median "
                  f"{fmt(res['copy']['median_mb_per_s'])} MB/s   ({len(res['copy']['runs_s'])} runs)")
     for name, label in (("client_alone", "client alone      "), ("store_alone", "store alone       "),
-                        ("hash_alone", "SHA-256 alone     ")):
+                        ("hash_alone", "SHA-256 alone     "), ("bare_receiver", "bare receiver     ")):
         lines.append(f"{label}  best {fmt(res[name]['best_mb_per_s'])} MB/s   median "
                      f"{fmt(res[name]['median_mb_per_s'])} MB/s")
     lines.append(f"presigned PUT       best {fmt(res['put']['best_mb_per_s'])} MB/s   median "
@@ -310,6 +319,10 @@ def summary_text(report: dict[str, Any]) -> str:
                  f"hashing and writing the same bytes without HTTP)")
     lines.append(f"SHA-256 / copy      {res['hash_alone_to_copy_ratio']} (one core's digest: the most any PUT "
                  f"that hashes as it receives could reach of the copy)")
+    lines.append(f"bare / copy         {res['bare_receiver_to_copy_ratio']} (the PUT's own work in one thread with no "
+                 f"framework: recv_into, SHA-256, write, fsync)")
+    lines.append(f"PUT / bare          {res['put_to_bare_receiver_ratio']} (the service's PUT, hashing and writing in "
+                 f"two threads, against that one thread)")
     bound = res["put_cpu_bound"]
     lines.append(f"PUT's work          {bound['machine_cpu_s']} CPU-s of the machine per PUT (API {bound['api_cpu_s']}, "
                  f"client {bound['client_cpu_s']}, the rest kernel threads and idle services)")

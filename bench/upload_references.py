@@ -13,7 +13,12 @@ Three references say how much of the gap is the API's:
     fsync'd, in the bench's process, with no HTTP;
   - the hash alone: SHA-256 of the same bytes from the page cache in one thread. A
     digest is sequential, so no store that names a Blob by its SHA-256 while it
-    receives it takes bytes faster than one core hashes them.
+    receives it takes bytes faster than one core hashes them;
+  - a bare receiver: the same client's PUT to a server with no framework that does
+    the PUT's work and nothing else, in one thread: it receives the body into one
+    reused buffer (recv_into), hashes it, writes it to a file on the blob store's
+    disk, fsyncs the file and answers with the digest. It says what that work costs
+    on this machine without the service around it.
 
 The API can be no faster than the first or the third, nor, on two cores shared with
 the client, than the second.
@@ -41,8 +46,12 @@ CHUNK = 1024 * 1024
 RECEIVED_PIECE = 256 * 1024
 
 
-def _serve_discarding(listener: socket.socket) -> None:
-    """Answers each request with 204 after reading its Content-Length bytes, forever."""
+def _serve(listener: socket.socket, store: Path | None) -> None:
+    """Answers each request after reading its Content-Length bytes, forever: 204 when `store` is
+    None (the bytes are thrown away), else 200 with the body's SHA-256 once the bytes were hashed,
+    written to a file in `store` and fsync'd (the file is removed afterwards)."""
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
     while True:
         conn, _ = listener.accept()
         with conn:
@@ -55,30 +64,62 @@ def _serve_discarding(listener: socket.socket) -> None:
             header, _, body = head.partition(b"\r\n\r\n")
             length = next(int(line.split(b":", 1)[1]) for line in header.split(b"\r\n")
                           if line.lower().startswith(b"content-length:"))
-            left, buffer = length - len(body), bytearray(CHUNK)
+            digest, fd = hashlib.sha256(), None
+            if store is not None:
+                fd = os.open(store / "received.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                digest.update(body)
+                os.write(fd, body)
+            left = length - len(body)
             while left > 0:
                 received = conn.recv_into(buffer, min(CHUNK, left))
                 if not received:
                     break
                 left -= received
-            conn.sendall(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+                if fd is not None:
+                    digest.update(view[:received])
+                    os.write(fd, view[:received])
+            if fd is None:
+                conn.sendall(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+                continue
+            os.fsync(fd)
+            os.close(fd)
+            (store / "received.bin").unlink()
+            answer = digest.hexdigest().encode()
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                         % (len(answer), answer))
 
 
-def client_alone_seconds(chunks: Iterator[bytes], headers: dict[str, str]) -> float:
-    """Seconds for httpx to PUT `chunks` to a discarding server on loopback."""
-    sink = subprocess.Popen([sys.executable, "-m", "contentsvc.bench.upload_references"], stdout=subprocess.PIPE,
-                            text=True)
+def _put_seconds(chunks: Iterator[bytes], headers: dict[str, str], store: Path | None) -> float:
+    """Seconds for httpx to PUT `chunks` to a `_serve` server on loopback, in its own process (so
+    that it does not share the client's interpreter); with `store`, the answer must be the SHA-256
+    the client sent as x-content-sha256."""
+    argv = [sys.executable, "-m", "contentsvc.bench.upload_references"] + ([str(store)] if store else [])
+    server = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     try:
-        port = int(sink.stdout.readline())
+        port = int(server.stdout.readline())
         with httpx.Client(timeout=httpx.Timeout(300.0)) as client:
             started = time.perf_counter()
             r = client.put(f"http://127.0.0.1:{port}/", content=chunks, headers=headers)
             elapsed = time.perf_counter() - started
         r.raise_for_status()
+        if store is not None and r.text != headers["x-content-sha256"]:
+            raise RuntimeError(f"the bare receiver hashed {r.text}, not {headers['x-content-sha256']}")
         return elapsed
     finally:
-        sink.kill()
-        sink.wait()
+        server.kill()
+        server.wait()
+
+
+def client_alone_seconds(chunks: Iterator[bytes], headers: dict[str, str]) -> float:
+    """Seconds for httpx to PUT `chunks` to a server on loopback that discards them."""
+    return _put_seconds(chunks, headers, None)
+
+
+def bare_receiver_seconds(chunks: Iterator[bytes], headers: dict[str, str], store: Path) -> float:
+    """Seconds for httpx to PUT `chunks` to a bare receiver that hashes, writes and fsyncs them in
+    `store`; `headers` carry the bytes' SHA-256 as x-content-sha256, checked against its answer."""
+    store.mkdir(parents=True, exist_ok=True)
+    return _put_seconds(chunks, headers, store)
 
 
 def durably_timed(target: Path, write: Callable[[], None]) -> float:
@@ -129,4 +170,4 @@ def store_alone_seconds(source: Path, store_root: Path) -> float:
 if __name__ == "__main__":
     with socket.create_server(("127.0.0.1", 0)) as listening:
         print(listening.getsockname()[1], flush=True)
-        _serve_discarding(listening)
+        _serve(listening, Path(sys.argv[1]) if len(sys.argv) > 1 else None)

@@ -2,7 +2,7 @@
 
 A plain copy moves the bytes once, inside the kernel. A PUT moves them from the
 client's file through a loopback socket into the API, hashes them and writes them.
-Three references say how much of the gap is the API's:
+Four references say how much of the gap is the API's:
 
   - the client alone: the same httpx PUT of the same file to a server that only
     reads the body and throws it away (a separate process, so that it does not

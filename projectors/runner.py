@@ -48,6 +48,11 @@ def instance_lock_id(name: str) -> int:
     return int.from_bytes(hashlib.sha256(f"projector:{name}".encode()).digest()[:7], "big")
 
 
+def runner_application_name(name: str) -> str:
+    """The application_name of the connection the runner folds on (`worker status` counts them)."""
+    return f"contentsvc projector {name}"
+
+
 def connection_lost(exc: BaseException) -> bool:
     """The server went away or refused us (shutdown, terminated backend, network): worth
     waiting out. Any other database error is a bug or a conflict, and ends the process."""
@@ -59,7 +64,7 @@ async def _connection(url: str, projector: Projector, settings: DatabaseSettings
     """An autocommit connection, closed on the way out without a rollback or commit: after an
     outage there is nothing to end, and trying would only log a second error."""
     conn = await AsyncConnection.connect(url, autocommit=True, **connection_options(
-        settings, f"contentsvc projector {projector.name}", bounded_statements=False, fold=True))
+        settings, runner_application_name(projector.name), bounded_statements=False, fold=True))
     try:
         # Its appends are read by others at once (the change feed): a crash must not take back a
         # position a client has seen.

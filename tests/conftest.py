@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -258,12 +260,21 @@ def json_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
 
 
-def projector_status_rows(stdout: str) -> list[dict[str, str]]:
-    """The rows of `contentsvc projector status`'s table, by column title (the title row is drawn
-    with "┃", the rows with "│"; a wrapped cell's continuation rows have no projector name)."""
+def projector_status_rows(stdout: str, named_by: str = "projector") -> list[dict[str, str]]:
+    """The rows of `contentsvc projector status`'s table (or `worker status`'s, `named_by`
+    "worker"), by column title (the title row is drawn with "┃", the rows with "│"; a wrapped
+    cell's continuation rows have no name)."""
     def cells(line: str, rule: str) -> list[str]:
         return [cell.strip() for cell in line.split(rule)[1:-1]]
 
     titles = next(cells(line, "┃") for line in stdout.splitlines() if "┃" in line)
     rows = [dict(zip(titles, cells(line, "│"))) for line in stdout.splitlines() if "│" in line]
-    return [row for row in rows if row["projector"]]
+    return [row for row in rows if row[named_by]]
+
+
+def worker_status_rows(database_url: str) -> dict[str, dict[str, str]]:
+    """`contentsvc worker status` on that database, its rows by worker."""
+    out = subprocess.run([sys.executable, "-m", "contentsvc.cli", "worker", "status"], capture_output=True, text=True,
+                         env=dict(os.environ, CONTENTSVC_DATABASE_URL=database_url), timeout=60)
+    assert out.returncode == 0, out.stderr
+    return {row["worker"]: row for row in projector_status_rows(out.stdout, named_by="worker")}

@@ -278,8 +278,17 @@ def cmd_projector(args, settings: Settings) -> int:
 
 
 def cmd_worker(args, settings: Settings) -> int:
-    from contentsvc.processes.registry import WORKER
+    from contentsvc.processes.registry import WORKER, of_role
 
+    if args.action == "list":
+        for name in of_role(WORKER):
+            print(name)
+        return 0
+    if args.action == "status":
+        from contentsvc.operator.workers import print_worker_status
+
+        return print_worker_status(_database_url(settings), {
+            name: not kind.fold_class().single_instance for name, kind in of_role(WORKER).items()})
     kind = _kind_named(WORKER, args.name)
     return 2 if kind is None else _run_fold(kind, settings)
 
@@ -443,6 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     wsub = p.add_subparsers(dest="action", required=True)
     r = wsub.add_parser("run", help="run one worker until stopped")
     r.add_argument("name")
+    wsub.add_parser("list", parents=[configured], help="the workers there are")
+    wsub.add_parser("status", parents=[configured], help="whether each worker runs, and the work waiting for it")
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("gc", parents=[configured],

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import os
 import shutil
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,8 +18,10 @@ import psycopg
 import pytest
 
 from contentsvc.processes.local_service import free_port
+from contentsvc.projectors.runner import runner_application_name
 
-from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, key_for, until, wait_resolved
+from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, key_for, until, wait_resolved,
+                            worker_status_rows)
 from tests.e2e.conftest import changes, feed_start
 from tests.integration.feed_server import FEEDS, FeedServer
 
@@ -589,3 +592,40 @@ def test_zz_no_credential_or_token_reaches_the_log(deployment):
     assert "connector_run" in log and "connector_push" in log  # the runs and pushes above are in it
     assert [s for s in SECRETS if s in log] == []
     assert "cit_" not in log
+
+
+def suspend_between_transactions(worker, url: str) -> None:
+    """SIGSTOP the connectors worker at a moment its connection is idle, so that the rows it
+    locks in its short transactions stay free for the API meanwhile (bounded: 50 tries)."""
+    for _ in range(50):
+        worker.suspend()
+        with psycopg.connect(url) as conn:
+            states = [row[0] for row in conn.execute("SELECT state FROM pg_stat_activity WHERE application_name = %s",
+                                                     (runner_application_name("connectors"),))]
+        if states and set(states) == {"idle"}:
+            return
+        worker.resume()
+        time.sleep(0.05)
+    raise AssertionError(f"the connectors worker was never idle: {states}")
+
+
+def test_worker_status_shows_a_requested_run_waiting_for_a_stopped_worker(deployment):
+    # What an operator sees (`contentsvc worker status`): a run requested while the connectors
+    # worker cannot take it waits in the queue, and leaves it once the worker goes on.
+    server, url = deployment
+    c = client(deployment, org())
+    corpus = create_corpus(c)
+    connector = create(c, corpus, "fixture", {"items": []}, ns="stopped-worker")
+    finished_runs(c, connector["connector_id"], 1)  # the run at creation
+    worker = server.children()["worker:connectors"]
+    suspend_between_transactions(worker, url)  # alive, its lock held: the supervisor leaves it be
+    try:
+        request_run(c, connector["connector_id"])
+        rows = worker_status_rows(url)
+        assert rows["connectors"]["running"] == "yes", rows
+        assert rows["connectors"]["waiting"].startswith("1 run queued"), rows
+    finally:
+        worker.resume()
+    finished_runs(c, connector["connector_id"], 2)
+    waiting = worker_status_rows(url)["connectors"]["waiting"]
+    assert waiting.startswith("0 runs queued, "), waiting  # another test's slow run may still be running

@@ -33,7 +33,7 @@ import pytest
 
 from contentsvc.processes.local_service import free_port
 from tests.conftest import until, ServerProcess, client_for, create_corpus, key_for, text_command, wait_current, \
-    wait_resolved
+    wait_resolved, worker_status_rows
 from tests.e2e.conftest import EVALUATOR, EVALUATOR_VERSION
 from tests.integration.webhook_receiver import Answer, WebhookReceiver
 
@@ -379,6 +379,9 @@ def test_disable_holds_a_real_match_delivery_and_enable_delivers_it(api, deploym
     assert r.status_code == 200 and r.json()["enabled"] is False, r.text
     d = delivery(api, delivery_id)
     assert d["state"] == "pending" and d["held"] == "subscription_disabled" and "next_attempt_at" not in d, d
+    # What an operator sees: the held Delivery waits for no worker (`contentsvc worker status`).
+    waiting = worker_status_rows(deployment.url)["deliveries"]["waiting"]
+    assert waiting.endswith(", 1 held"), waiting
 
     receiver.default = Answer(status=200)
     r = api.post(f"/v0/subscriptions/{sid}/enable", json={"idempotency_key": uuid.uuid4().hex})

@@ -10,8 +10,9 @@ import httpx
 import psutil
 import psycopg
 
+from contentsvc.processes.registry import WORKER, of_role
 from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, json_lines, key_for,
-                            projector_status_rows, text_command, until)
+                            projector_status_rows, text_command, until, worker_status_rows)
 
 
 def cli(database_url: str, *args: str) -> subprocess.CompletedProcess:
@@ -48,7 +49,8 @@ def test_one_shot_commands_name_an_unreachable_database_in_one_line():
     # Errors (operator edge): a database that refuses connections is one line naming it, with its
     # password masked, and exit 1; no traceback, no critical log line. Port 1 on loopback refuses.
     unreachable = "postgresql://operator:hunter2@127.0.0.1:1/contentsvc"
-    for command in (["keys", "list"], ["migrate"], ["gc"], ["projector", "status"], ["credentials", "rewrap"]):
+    for command in (["keys", "list"], ["migrate"], ["gc"], ["projector", "status"], ["worker", "status"],
+                    ["credentials", "rewrap"]):
         out = cli(unreachable, *command)
         assert out.returncode == 1, (command, out.stderr)
         errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
@@ -80,6 +82,25 @@ def test_projector_status_says_when_no_projector_runs(databases):
     running = running_column(out.stdout)
     assert set(running) >= {"materializer", "readmodel", "lexical", "vectors"}
     assert set(running.values()) == {"no"}, out.stdout
+
+
+def test_worker_status_shows_each_worker_running_and_its_queue(server, database_url):
+    # Operator edge: workers keep their queues in tables, not as a journal position, so
+    # `projector status` cannot show them; `worker status` names every worker of the registry.
+    rows = worker_status_rows(database_url)
+    assert set(rows) == set(of_role(WORKER)), rows
+    assert {rows[name]["running"] for name in ("gc", "plugins", "monitor", "connectors")} == {"yes"}, rows
+    assert rows["deliveries"]["running"] == "yes (1 process)", rows  # row leases: no lock to hold
+    assert rows["monitor"]["position"].isdigit() and rows["monitor"]["lag (events)"].isdigit(), rows
+    assert rows["deliveries"]["waiting"].endswith(" held") and rows["gc"]["waiting"] == "-", rows
+
+
+def test_worker_status_says_when_no_worker_runs(databases):
+    url = databases.create()  # migrated; no server runs on it
+    rows = worker_status_rows(url)
+    assert {row["running"] for row in rows.values()} == {"no"}, rows
+    assert rows["connectors"]["waiting"] == "0 runs queued, 0 running", rows
+    assert rows["monitor"]["waiting"] == "0 evaluations pending (0 due)", rows
 
 
 def test_the_log_names_what_the_server_lacks(server, database_url):

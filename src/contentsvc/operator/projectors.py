@@ -17,21 +17,31 @@ from contentsvc.projectors.runner import instance_lock_id
 from contentsvc.search.generations import Generation, bytes_held
 
 
+def head_position(conn: psycopg.Connection) -> int:
+    return conn.execute("SELECT coalesce(max(position), 0) FROM journal").fetchone()[0]
+
+
+def checkpoints_by_name(conn: psycopg.Connection) -> dict[str, tuple]:
+    """(position, updated_at) of every checkpoint, by name."""
+    return {r[0]: r[1:] for r in conn.execute("SELECT name, position, updated_at FROM projector_checkpoints")}
+
+
+def held_locks(conn: psycopg.Connection) -> set[int]:
+    """The advisory locks granted in this database: a running projector or worker holds its
+    single-instance lock (a 64-bit key: classid is its high half, objid its low half)."""
+    return {r[0] for r in conn.execute(
+        "SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks l"
+        " JOIN pg_database d ON d.oid = l.database AND d.datname = current_database()"
+        " WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted")}
+
+
 def print_status(url: str, names: list[str], home: Path) -> int:
     with psycopg.connect(url) as conn:
-        head = conn.execute("SELECT coalesce(max(position), 0) FROM journal").fetchone()[0]
-        rows = dict(
-            (r[0], r[1:])
-            for r in conn.execute("SELECT name, position, updated_at FROM projector_checkpoints").fetchall()
-        )
+        head = head_position(conn)
+        rows = checkpoints_by_name(conn)
         found = [Generation(*r) for r in conn.execute(
             "SELECT generation_id, kind, state, announced FROM search_generations ORDER BY kind, created_at")]
-        # A running projector holds its single-instance lock, in this database (a 64-bit advisory
-        # key: classid is its high half, objid its low half).
-        held = {r[0] for r in conn.execute(
-            "SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks l"
-            " JOIN pg_database d ON d.oid = l.database AND d.datname = current_database()"
-            " WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted")}
+        held = held_locks(conn)
         building = conn.execute(
             "SELECT org_id || '/' || corpus_id, projection_generation_id, operation_id, versions_done,"
             " versions_in_scope FROM corpus_projections WHERE state = 'building' ORDER BY accepted_position").fetchall()

@@ -36,10 +36,14 @@ class ProcessKind:
             return ["serve", "--no-migrate"]
         return [self.role, "run", self.name]
 
+    def fold_class(self) -> type:
+        """The class of the fold this process runs (importing its module)."""
+        module, cls = self.factory.split(":")
+        return getattr(importlib.import_module(module), cls)
+
     def build(self, settings):
         """The fold this process runs, built from the settings."""
-        module, cls = self.factory.split(":")
-        return getattr(importlib.import_module(module), cls).from_settings(settings)
+        return self.fold_class().from_settings(settings)
 
 
 PROCESSES: tuple[ProcessKind, ...] = (

@@ -260,8 +260,8 @@ def json_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
 
 
-def projector_status_rows(stdout: str, named_by: str = "projector") -> list[dict[str, str]]:
-    """The rows of `contentsvc projector status`'s table (or `worker status`'s, `named_by`
+def status_table_rows(stdout: str, named_by: str = "projector") -> list[dict[str, str]]:
+    """The rows of the table of `contentsvc projector status` (or of `worker status`, `named_by`
     "worker"), by column title (the title row is drawn with "┃", the rows with "│"; a wrapped
     cell's continuation rows have no name)."""
     def cells(line: str, rule: str) -> list[str]:
@@ -277,4 +277,4 @@ def worker_status_rows(database_url: str) -> dict[str, dict[str, str]]:
     out = subprocess.run([sys.executable, "-m", "contentsvc.cli", "worker", "status"], capture_output=True, text=True,
                          env=dict(os.environ, CONTENTSVC_DATABASE_URL=database_url), timeout=60)
     assert out.returncode == 0, out.stderr
-    return {row["worker"]: row for row in projector_status_rows(out.stdout, named_by="worker")}
+    return {row["worker"]: row for row in status_table_rows(out.stdout, named_by="worker")}

@@ -21,7 +21,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, key_for, projector_status_rows,
+from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, key_for, status_table_rows,
                             text_command, wait_current)
 from tests.e2e.test_uploads import (blob_command, confirm, create_upload, ingest_resolved, put_content, sha,
                                     verified_blob)
@@ -101,7 +101,7 @@ def test_gc_deletes_a_retired_generation_and_an_unreferenced_blob_and_keeps_the_
         # projector status: bytes held per generation, the retired one while its files remain.
         status = cli(server, "projector", "status")
         assert status.returncode == 0, status.stderr
-        rows = {row["generation"]: row for row in projector_status_rows(status.stdout)}
+        rows = {row["generation"]: row for row in status_table_rows(status.stdout)}
         assert f"{retired} (retired)" in rows and f"{serving} (serving)" in rows, status.stdout
         assert int(rows[f"{retired} (retired)"]["bytes"]) > 0
 

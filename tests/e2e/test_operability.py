@@ -12,7 +12,7 @@ import psycopg
 
 from contentsvc.processes.registry import WORKER, of_role
 from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, json_lines, key_for,
-                            projector_status_rows, text_command, until, worker_status_rows)
+                            status_table_rows, text_command, until, worker_status_rows)
 
 
 def cli(database_url: str, *args: str) -> subprocess.CompletedProcess:
@@ -61,7 +61,7 @@ def test_one_shot_commands_name_an_unreachable_database_in_one_line():
 
 
 def running_column(status: str) -> dict[str, str]:
-    return {row["projector"]: row["running"] for row in projector_status_rows(status)}
+    return {row["projector"]: row["running"] for row in status_table_rows(status)}
 
 
 def test_projector_status_shows_position_and_lag(server, database_url, api):

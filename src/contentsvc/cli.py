@@ -450,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("worker", help="run one worker (the process registry names them)")
     wsub = p.add_subparsers(dest="action", required=True)
-    r = wsub.add_parser("run", help="run one worker until stopped")
+    r = wsub.add_parser("run", parents=[configured], help="run one worker until stopped")
     r.add_argument("name")
     wsub.add_parser("list", parents=[configured], help="the workers there are")
     wsub.add_parser("status", parents=[configured], help="whether each worker runs, and the work waiting for it")

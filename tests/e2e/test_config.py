@@ -65,6 +65,10 @@ def test_an_invalid_configuration_stops_serve_before_it_listens(tmp_path):
         f"configuration error: {tmp_path / 'missing.toml'}: no such configuration file (named by --config)"])
     out = cli(tmp_path, "config", "check", "--config", str(config))
     assert out.returncode == 2 and "connectors.interval_floor_seconds" in out.stderr
+    # Every process of a deployment reads the same file: a worker takes --config as a projector does.
+    for process in (["projector", "run", "readmodel"], ["worker", "run", "monitor"]):
+        out = cli(tmp_path, *process, "--config", str(config))
+        assert out.returncode == 2 and "connectors.interval_floor_seconds" in out.stderr, (process, out.stderr)
 
 
 def test_every_process_of_run_reads_the_same_file(database_url, tmp_path):

@@ -90,6 +90,16 @@ def test_atom_and_json_feed(rss_plugin, feeds):
     assert parts(json_feed[1]) == {"body": "Ferry timetable unchanged."}
 
 
+def test_relative_links_resolve_against_the_feed_address_and_xml_base(rss_plugin, feeds):
+    # decisions-part2 rss: record_key guid, else link; a relative permalink guid or link is made
+    # absolute against the feed's own address (and an Atom xml:base), so that an item keeps one
+    # key wherever its feed is read from; a guid that is not a permalink stays as written.
+    rss2 = fetch(rss_plugin, f"{feeds.base_url}/feeds/relative.rss")["items"]
+    assert [i["record_key"] for i in rss2] == [f"{feeds.base_url}/feeds/notices/7", f"{feeds.base_url}/archive/8", "9"]
+    atom = fetch(rss_plugin, f"{feeds.base_url}/feeds/relative.atom")["items"]
+    assert [i["record_key"] for i in atom] == ["https://harbour.example/news/quay/1", "https://ferries.example/boats/2"]
+
+
 def test_conditional_get_and_304_is_an_empty_page(rss_plugin, feeds):
     # decisions-part2 rss: conditional GET with the checkpoint's ETag/Last-Modified; 304 = empty page
     url = f"{feeds.base_url}/feeds/harbour.atom"

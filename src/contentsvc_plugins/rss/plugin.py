@@ -11,6 +11,7 @@ items sent, so an unchanged item is never sent twice.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import threading
@@ -21,6 +22,7 @@ from pathlib import Path
 from urllib.parse import urljoin
 
 import feedparser
+import feedparser.mixin
 import httpx
 
 from contentsvc.outbound_http import verifying_context
@@ -145,6 +147,13 @@ class Feed:
 # is a warning; anything else means the document is not well-formed, and guessing at the items of a
 # broken document could publish a truncated item as if it were whole.
 ENCODING_WARNINGS = (feedparser.CharacterEncodingOverride, feedparser.NonXMLContentType)
+
+# feedparser resolves the base of every element it opens against the feed's address, calling
+# make_safe_absolute_uri with the same two strings for nearly every element of a feed: a quarter
+# of a 1,000-item feed's parse (153 -> 116 ms of CPU remembered). The resolution decides record
+# keys (a relative permalink guid becomes an absolute URL), so it stays; the function is pure (two
+# strings in, one out), so remembering its results changes no answer.
+feedparser.mixin.make_safe_absolute_uri = functools.lru_cache(maxsize=256)(feedparser.mixin.make_safe_absolute_uri)
 
 
 def _rfc3339(parsed: time.struct_time | None) -> str | None:

@@ -3,6 +3,11 @@ exception of the parser (decisions-part2 "pdf"; part 2: retryable is authoritati
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,3 +45,34 @@ def test_pages_beyond_max_parts_are_left_out_with_a_warning():
     parts, warnings = pdf_parts(data, 3)
     assert [part["key"] for part in parts] == ["title", "page-1", "page-2"]
     assert [warning["code"] for warning in warnings] == ["pages_truncated"]
+
+
+# A sample whose catalog names its pages "/Pages 99999999": pypdf before 5.1 allocated without bound (21 GB
+# and the OOM killer in one test run). Read in a process of its own under an address-space limit, so
+# that a parser regressing on it fails this test rather than the machine.
+BOUNDED_READ = """
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+from contentsvc_plugins.pdf.plugin import pdf_parts
+from contentsvc_plugins.server import PluginError
+from tests.fixtures.plugins.make_pdf import SAMPLE_PAGES, SAMPLE_TITLE, make_pdf
+sample = make_pdf(SAMPLE_PAGES, SAMPLE_TITLE)
+offset = sample.index(b"/Pages 2 0 R") + len(b"/Pages ")
+try:
+    parts, _ = pdf_parts(sample[:offset] + b"99999999" + sample[offset + 8:], 256)
+    outcome = [part["key"] for part in parts]
+except PluginError as error:
+    outcome = error.code
+print(json.dumps({"outcome": outcome, "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def test_a_pdf_naming_an_absurd_object_number_is_read_in_bounded_memory():
+    # decisions-part2 "pdf": damaged bytes give an answer or a terminal error; docs/decisions.md
+    # (pypdf's floor): never unbounded memory, since the normalizer reads untrusted uploads.
+    done = subprocess.run([sys.executable, "-c", BOUNDED_READ], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["outcome"] in ("invalid_pdf", "no_text") or isinstance(result["outcome"], list), result
+    assert result["max_rss_kib"] < 256 * 1024, result  # 43 MB with pypdf 5.1 and later

@@ -225,17 +225,18 @@ def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> d
         copies.append(timed_copy(source, copy))
         say(f"copy {i + 1}/{runs}: {size / copies[-1] / 1e6:,.0f} MB/s")
 
-    client_alone, store_alone, hash_alone, bare_receiver = [], [], [], []
+    # What bounds the PUT besides the API (upload_references.py): the same client to a server that
+    # discards, the blob store's hashing and writing without HTTP, SHA-256 alone, and the same client
+    # to a bare receiver doing the PUT's work with no framework around it.
+    references: dict[str, list[float]] = {"client_alone": [], "store_alone": [], "hash_alone": [], "bare_receiver": []}
     for i in range(runs):
-        client_alone.append(client_alone_seconds(file_chunks(source), {"Content-Length": str(size)}))
-        store_alone.append(store_alone_seconds(source, workdir / "store-alone"))
-        hash_alone.append(hash_alone_seconds(source))
-        bare_receiver.append(bare_receiver_seconds(file_chunks(source), {
+        references["client_alone"].append(client_alone_seconds(file_chunks(source), {"Content-Length": str(size)}))
+        references["store_alone"].append(store_alone_seconds(source, workdir / "store-alone"))
+        references["hash_alone"].append(hash_alone_seconds(source))
+        references["bare_receiver"].append(bare_receiver_seconds(file_chunks(source), {
             "Content-Length": str(size), "x-content-sha256": sha256}, workdir / "bare-receiver"))
-        say(f"references {i + 1}/{runs}: client alone {size / client_alone[-1] / 1e6:,.0f} MB/s, "
-            f"store alone {size / store_alone[-1] / 1e6:,.0f} MB/s, "
-            f"hash alone {size / hash_alone[-1] / 1e6:,.0f} MB/s, "
-            f"bare receiver {size / bare_receiver[-1] / 1e6:,.0f} MB/s")
+        say(f"references {i + 1}/{runs}: " + ", ".join(
+            f"{name.replace('_', ' ')} {size / seconds[-1] / 1e6:,.0f} MB/s" for name, seconds in references.items()))
 
     api_pid = serve_child(own.process.pid)
     puts = []
@@ -257,32 +258,28 @@ def run_bench(own: OwnService, target, workdir: Path, size: int, runs: int) -> d
         return {"runs_s": [round(s, 3) for s in seconds], "best_mb_per_s": round(max(per_s), 1),
                 "median_mb_per_s": round(statistics.median(per_s), 1)}
 
-    copy_rates = [size / s / 1e6 for s in copies]
+    copy_best = max(size / s / 1e6 for s in copies)
     put_rates = [p["mb_per_s"] for p in puts]
-    client_best = rates(client_alone)["best_mb_per_s"]
+    put_best = max(put_rates)
+    reference_rates = {name: rates(seconds) for name, seconds in references.items()}
+    best = {name: figures["best_mb_per_s"] for name, figures in reference_rates.items()}
     return {
         "file_bytes": size,
         "sha256": sha256,
         "copy": rates(copies),
-        # What bounds the PUT besides the API (upload_references.py): the same client to a server
-        # that discards, the blob store's hashing and writing without HTTP, SHA-256 alone, and the
-        # same client to a bare receiver doing the PUT's work with no framework around it.
-        "client_alone": rates(client_alone),
-        "store_alone": rates(store_alone),
-        "hash_alone": rates(hash_alone),
-        "bare_receiver": rates(bare_receiver),
-        "bare_receiver_to_copy_ratio": round(rates(bare_receiver)["best_mb_per_s"] / max(copy_rates), 3),
-        "put_to_bare_receiver_ratio": round(max(put_rates) / rates(bare_receiver)["best_mb_per_s"], 3),
+        **reference_rates,
+        "bare_receiver_to_copy_ratio": round(best["bare_receiver"] / copy_best, 3),
+        "put_to_bare_receiver_ratio": round(put_best / best["bare_receiver"], 3),
         # Where this is under the target, no PUT that hashes as it receives can meet it here.
-        "hash_alone_to_copy_ratio": round(rates(hash_alone)["best_mb_per_s"] / max(copy_rates), 3),
-        "put_to_client_alone_ratio": round(max(put_rates) / client_best, 3),
-        "put_to_store_alone_ratio": round(max(put_rates) / rates(store_alone)["best_mb_per_s"], 3),
-        "put": {"runs": puts, "best_mb_per_s": max(put_rates), "median_mb_per_s": round(statistics.median(put_rates), 1),
+        "hash_alone_to_copy_ratio": round(best["hash_alone"] / copy_best, 3),
+        "put_to_client_alone_ratio": round(put_best / best["client_alone"], 3),
+        "put_to_store_alone_ratio": round(put_best / best["store_alone"], 3),
+        "put": {"runs": puts, "best_mb_per_s": put_best, "median_mb_per_s": round(statistics.median(put_rates), 1),
                 "peak_rss_growth_mib": max(p["rss_growth_mib"] for p in puts)},
-        "put_to_copy_ratio": round(max(put_rates) / max(copy_rates), 3),
+        "put_to_copy_ratio": round(put_best / copy_best, 3),
         # The work of one PUT (client, API, the kernel's threads) spread perfectly over every core:
         # no arrangement of that same work runs faster on this machine.
-        "put_cpu_bound": cpu_bound(size, min(puts, key=lambda p: p["machine_cpu_s"]), max(copy_rates)),
+        "put_cpu_bound": cpu_bound(size, min(puts, key=lambda p: p["machine_cpu_s"]), copy_best),
         "api_pid": api_pid,
     }
 

@@ -272,9 +272,14 @@ def status_table_rows(stdout: str, named_by: str = "projector") -> list[dict[str
     return [row for row in rows if row[named_by]]
 
 
+def operator_cli(database_url: str, *args: str) -> subprocess.CompletedProcess:
+    """`contentsvc ARGS` as an operator runs it against that database."""
+    return subprocess.run([sys.executable, "-m", "contentsvc.cli", *args], capture_output=True, text=True,
+                          env=dict(os.environ, CONTENTSVC_DATABASE_URL=database_url), timeout=60)
+
+
 def worker_status_rows(database_url: str) -> dict[str, dict[str, str]]:
     """`contentsvc worker status` on that database, its rows by worker."""
-    out = subprocess.run([sys.executable, "-m", "contentsvc.cli", "worker", "status"], capture_output=True, text=True,
-                         env=dict(os.environ, CONTENTSVC_DATABASE_URL=database_url), timeout=60)
+    out = operator_cli(database_url, "worker", "status")
     assert out.returncode == 0, out.stderr
     return {row["worker"]: row for row in status_table_rows(out.stdout, named_by="worker")}

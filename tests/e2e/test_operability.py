@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 import time
 
 import httpx
@@ -12,17 +10,12 @@ import psycopg
 
 from contentsvc.processes.registry import WORKER, of_role
 from tests.conftest import (ServerProcess, assert_error, client_for, create_corpus, json_lines, key_for,
-                            status_table_rows, text_command, until, worker_status_rows)
-
-
-def cli(database_url: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "contentsvc.cli", *args], capture_output=True, text=True,
-                          env=dict(os.environ, CONTENTSVC_DATABASE_URL=database_url), timeout=60)
+                            operator_cli, status_table_rows, text_command, until, worker_status_rows)
 
 
 def test_keys_cli_create_json_list_and_revoke(server, database_url):
     # decisions.md Operator: keys create --json prints one object on stdout and nothing else
-    out = cli(database_url, "keys", "create", "--org", "cli-org", "--actions", "corpora:read,corpora:write",
+    out = operator_cli(database_url, "keys", "create", "--org", "cli-org", "--actions", "corpora:read,corpora:write",
               "--corpora", "*", "--json")
     assert out.returncode == 0, out.stderr
     created = json.loads(out.stdout)
@@ -30,17 +23,17 @@ def test_keys_cli_create_json_list_and_revoke(server, database_url):
     assert created["secret"].startswith("csk_") and created["corpora"] == "*"
     with client_for(server, created["secret"]) as client:
         assert client.get("/v0/corpora").status_code == 200
-        listed = cli(database_url, "keys", "list")
+        listed = operator_cli(database_url, "keys", "list")
         assert created["key_id"] in listed.stdout and created["secret"] not in listed.stdout
         with psycopg.connect(database_url) as conn:  # only a hash is stored at rest
             stored = conn.execute("SELECT secret_hash FROM api_keys WHERE key_id = %s", (created["key_id"],)).fetchone()
             assert created["secret"].encode() not in bytes(stored[0])
-        assert cli(database_url, "keys", "revoke", created["key_id"]).returncode == 0
+        assert operator_cli(database_url, "keys", "revoke", created["key_id"]).returncode == 0
         assert_error(client.get("/v0/corpora"), 401, "invalid_api_key")  # next request
 
 
 def test_keys_cli_refuses_unknown_actions(database_url):
-    out = cli(database_url, "keys", "create", "--org", "x", "--actions", "content:read,plugins:admin",
+    out = operator_cli(database_url, "keys", "create", "--org", "x", "--actions", "content:read,plugins:admin",
               "--corpora", "*")
     assert out.returncode != 0 and "plugins:admin" in out.stderr
 
@@ -51,7 +44,7 @@ def test_one_shot_commands_name_an_unreachable_database_in_one_line():
     unreachable = "postgresql://operator:hunter2@127.0.0.1:1/contentsvc"
     for command in (["keys", "list"], ["migrate"], ["gc"], ["projector", "status"], ["worker", "status"],
                     ["credentials", "rewrap"]):
-        out = cli(unreachable, *command)
+        out = operator_cli(unreachable, *command)
         assert out.returncode == 1, (command, out.stderr)
         errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and "cannot connect to the database" in errors[0], out.stderr
@@ -67,7 +60,7 @@ def running_column(status: str) -> dict[str, str]:
 def test_projector_status_shows_position_and_lag(server, database_url, api):
     corpus = create_corpus(api)
     api.post("/v0/records", json=text_command(corpus, "k", "status"))
-    out = cli(database_url, "projector", "status")
+    out = operator_cli(database_url, "projector", "status")
     assert out.returncode == 0, out.stderr
     assert "materializer" in out.stdout and "readmodel" in out.stdout and "journal head" in out.stdout
     # Every projector of the running server holds its lock: each row says so.
@@ -77,7 +70,7 @@ def test_projector_status_shows_position_and_lag(server, database_url, api):
 
 def test_projector_status_says_when_no_projector_runs(databases):
     url = databases.create()  # migrated; no server runs on it
-    out = cli(url, "projector", "status")
+    out = operator_cli(url, "projector", "status")
     assert out.returncode == 0, out.stderr
     running = running_column(out.stdout)
     assert set(running) >= {"materializer", "readmodel", "lexical", "vectors"}

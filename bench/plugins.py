@@ -8,9 +8,10 @@ Measurements (one run), one module each:
      real process (`contentsvc plugin serve pdf` on 127.0.0.1), called --calls times
      (after --warm-up calls) through the engine's PluginClient with a tiny one-page PDF
      by file:// reference, against the same extraction in-process (the plugin's own
-     `normalize`), each call timed; p50 and p99 of both, their difference (the
-     protocol's overhead) and their ratio; and GET /v0/health on the same connection,
-     the HTTP floor of any call.
+     `normalize`, which reads each PDF in a bounded child process), each call timed;
+     p50 and p99 of both, their difference (the protocol's overhead) and their ratio;
+     GET /v0/health on the same connection, the HTTP floor of any call; and the parse
+     alone in the bench's own thread, which shows what the bounded child costs.
   2. Versions normalized per second through the plugin path (plugins_throughput.py):
      `contentsvc run` with a contentsvc.toml that pins and launches the pdf plugin (a
      fresh database as `contentsvc bench ingest` starts one, its output in
@@ -77,6 +78,8 @@ def summary_text(report: dict[str, Any]) -> str:
              f"  {'':<22}{'p50 ms':>10}{'p99 ms':>10}"]
     for name, key in (("through the plugin", "plugin"), ("in-process (pypdf)", "in_process")):
         lines.append(f"  {name:<22}{rt[key]['p50_ms']:>10.2f}{rt[key]['p99_ms']:>10.2f}")
+    lines.append(f"  {'parse alone':<22}{rt['unbounded_parse']['p50_ms']:>10.2f}{rt['unbounded_parse']['p99_ms']:>10.2f}"
+                 f"   (no child process: the bounded child costs {rt['bounded_child_p50_ms']:.2f} ms at p50)")
     lines.append(f"  {'GET /v0/health':<22}{rt['health_get']['p50_ms']:>10.2f}{rt['health_get']['p99_ms']:>10.2f}"
                  "   (the HTTP floor of any call)")
     lines.append(f"  {'overhead':<22}{rt['overhead_p50_ms']:>10.2f}{rt['overhead_p99_ms']:>10.2f}")

@@ -2,8 +2,10 @@
 (`contentsvc plugin serve pdf` on a loopback port), called through the engine's own
 PluginClient (the materializer's path: one shared client, discovery once, keep-alive) with a
 tiny one-page PDF by file:// reference; against the same extraction in-process (the plugin's
-`normalize`, file read and sha256 check included), in the same run. The difference is the
-protocol's cost: HTTP on loopback, JSON both ways, the server's thread hop and log lines."""
+`normalize`, file read, sha256 check and bounded child process included), in the same run. The
+difference is the protocol's cost: HTTP on loopback, JSON both ways, the server's thread hop and
+log lines. The parse alone in this thread (no child process) is measured too, so that what the
+bounded child costs each PDF is shown beside it."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import httpx
 
@@ -27,7 +29,7 @@ from contentsvc.config.environment import CONFIG_VARIABLE, PLUGIN_TOKEN_VARIABLE
 from contentsvc.ids import new_id
 from contentsvc.plugins.client import PluginClient, PluginTarget
 from contentsvc.processes.local_service import free_port
-from contentsvc_plugins.pdf.plugin import build, normalize
+from contentsvc_plugins.pdf.plugin import build, normalize, pdf_parts, read_input
 
 TIMEOUT_S = 30.0  # the pdf manifest's retry.timeout_seconds
 LOOP_CAP_S = 120.0  # no loop runs longer than this, whatever the count
@@ -102,13 +104,13 @@ def log_lines_to(path: Path) -> Iterator[None]:
                 h.stream = stream
 
 
-def in_process(request: dict, max_parts: int, calls: int, warm_up: int) -> list[float]:
+def in_process(extract: Callable[[], Any], calls: int, warm_up: int) -> list[float]:
     for _ in range(warm_up):
-        normalize(request, max_parts)
+        extract()
     times, deadline = [], time.monotonic() + LOOP_CAP_S
     for _ in range(calls):
         started = time.perf_counter()
-        normalize(request, max_parts)
+        extract()
         times.append((time.perf_counter() - started) * 1000)
         if time.monotonic() > deadline:
             break
@@ -145,11 +147,14 @@ def bench_roundtrip(workdir: Path, plugin_log: Path, client_log: Path, calls: in
     path = workdir / "tiny.pdf"
     path.write_bytes(data)
     plugin = build()
-    max_parts = plugin.pinned.manifest.contributions.normalizer.max_parts
+    manifest = plugin.pinned.manifest
     request = normalizer_request(path, data)
-    expected = normalize(request, max_parts)
+    expected = normalize(request, manifest)
 
-    local = in_process(request, max_parts, calls, warm_up)
+    local = in_process(lambda: normalize(request, manifest), calls, warm_up)
+    # The parse alone, in this thread: what reading each PDF in a bounded child process costs on top.
+    unbounded = in_process(lambda: pdf_parts(read_input(request["input"]), manifest.contributions.normalizer.max_parts),
+                           calls, warm_up)
     process = PdfPluginProcess(plugin_log)
     try:
         target = PluginTarget(plugin.plugin_id, plugin.pinned.manifest.version, plugin.pinned.digest,
@@ -163,7 +168,7 @@ def bench_roundtrip(workdir: Path, plugin_log: Path, client_log: Path, calls: in
     if answer != expected:
         raise BenchError("the plugin's answer differs from the in-process extraction")
 
-    plugin_lat, local_lat = latency_summary(remote), latency_summary(local)
+    plugin_lat, local_lat, unbounded_lat = latency_summary(remote), latency_summary(local), latency_summary(unbounded)
     return {
         "pdf_bytes": len(data),
         "pages": 1,
@@ -172,6 +177,8 @@ def bench_roundtrip(workdir: Path, plugin_log: Path, client_log: Path, calls: in
         "plugin": plugin_lat,
         "in_process": local_lat,
         "health_get": latency_summary(floor),
+        "unbounded_parse": unbounded_lat,
+        "bounded_child_p50_ms": round(local_lat["p50_ms"] - unbounded_lat["p50_ms"], 2),
         "overhead_p50_ms": round(plugin_lat["p50_ms"] - local_lat["p50_ms"], 2),
         "overhead_p99_ms": round(plugin_lat["p99_ms"] - local_lat["p99_ms"], 2),
         "ratio_p50": round(plugin_lat["p50_ms"] / local_lat["p50_ms"], 2),

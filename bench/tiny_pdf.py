@@ -4,12 +4,15 @@ bench needs no files and every copy can differ by its text."""
 
 from __future__ import annotations
 
+import zlib
+
 
 def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
 
 
-def make_pdf(pages: list[list[str]], title: str | None = None) -> bytes:
+def make_pdf(pages: list[list[str]], title: str | None = None, compress: bool = False) -> bytes:
+    """`compress` writes the page contents as FlateDecode streams, as most PDFs in use do."""
     objects: list[bytes] = []  # object n is objects[n - 1]
     page_ids = [4 + 2 * i for i in range(len(pages))]
     objects.append(b"<< /Type /Catalog /Pages 2 0 R >>")
@@ -19,9 +22,10 @@ def make_pdf(pages: list[list[str]], title: str | None = None) -> bytes:
     for i, lines in enumerate(pages):
         stream = "BT /F1 12 Tf 72 720 Td 14 TL " + " ".join(f"({_escape(line)}) Tj T*" for line in lines) + " ET"
         content = stream.encode("latin-1")
+        content, filter_entry = (zlib.compress(content), b" /Filter /FlateDecode") if compress else (content, b"")
         objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >>"
                        b" /Contents %d 0 R >>" % (page_ids[i] + 1))
-        objects.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
+        objects.append(b"<< /Length %d%s >>\nstream\n" % (len(content), filter_entry) + content + b"\nendstream")
     info_id = None
     if title is not None:
         objects.append(b"<< /Title (" + _escape(title).encode("latin-1") + b") /Producer (contentsvc) >>")

@@ -3,7 +3,8 @@
 first-party pdf plugin for application/pdf starts the plugin itself; a PDF Blob becomes a Version
 whose Parts are the PDF's pages, found by lexical search; bytes that are not a PDF quarantine the
 Version with the plugin's terminal error as `normalizer_failed`, naming plugin, contribution and
-invocation."""
+invocation; one needing more CPU than the pin's configuration allows is refused as
+`pdf_limit_exceeded`."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from contentsvc.processes.local_service import free_port
 from tests.conftest import ServerProcess, client_for, create_corpus, key_for, wait_healthy, wait_resolved
 from tests.e2e.test_plugin_admin import PDF
 from tests.e2e.test_uploads import blob_command, verified_blob, version_of
+from tests.integration.test_pdf_bounds import LONG_REPORT
 
 FIXTURE = PDF / "fixtures" / "inspection.pdf"
 
@@ -56,7 +58,8 @@ def _pin_pdf(tmp_path, port: int, extra: str = "") -> Path:
 
 def test_a_launched_pdf_normalizer_turns_a_pdf_blob_into_searchable_pages(databases, tmp_path):
     port = free_port()
-    config = _pin_pdf(tmp_path, port, f'token = "pdf-token-{uuid.uuid4().hex}"\nlaunch = "pdf"\n')
+    config = _pin_pdf(tmp_path, port, f'token = "pdf-token-{uuid.uuid4().hex}"\nlaunch = "pdf"\n'
+                                      '[plugins.pdf.configuration]\nmax_cpu_seconds = 1\n')
     url = databases.create()
     server = ServerProcess(url, tmp_path, {"CONTENTSVC_CONFIG": str(config)})
     try:
@@ -100,6 +103,15 @@ def test_a_launched_pdf_normalizer_turns_a_pdf_blob_into_searchable_pages(databa
             kinds = [k for (k,) in conn.execute(
                 "SELECT kind FROM journal WHERE version_id = %s ORDER BY position", (receipt["version_id"],))]
         assert "record.accepted" in kinds
+
+        # docs/decisions.md "The pdf normalizer's bounds": the pin's configuration bounds each PDF's
+        # read; a PDF needing more CPU is refused terminally, and the plugin reads the next one
+        blob = verified_blob(client, LONG_REPORT, "application/pdf")
+        receipt = _ingest(client, corpus, "long", blob["blob_id"])
+        [diagnostic] = receipt["diagnostics"]
+        assert diagnostic["code"] == "normalizer_failed" and "pdf_limit_exceeded" in diagnostic["message"], receipt
+        receipt = _ingest(client, corpus, "inspection-again", verified_blob(client, data, "application/pdf")["blob_id"])
+        assert receipt["diagnostics"] == [], receipt
     finally:
         server.stop()
     log = server.log_path.read_text(errors="replace")

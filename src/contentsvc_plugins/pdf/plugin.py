@@ -5,7 +5,9 @@ The input Blob comes by reference (`input.reference.url`, a `file://` URL in the
 store); its size and sha256 are checked against the request before parsing, so the
 text always belongs to the verified Blob. Every refusal is the plugin error body:
 `encrypted_pdf` and `no_text` as the contract names them, `invalid_pdf` for bytes
-pypdf cannot read, all terminal (the same bytes give the same answer).
+pypdf cannot read, `pdf_limit_exceeded` for a PDF needing more memory or CPU than the
+configuration allows, all terminal (the same bytes give the same answer). Each PDF is read in
+a child process under those limits (`bounded`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import logging
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from contentsvc.plugins.manifest import Manifest
+from contentsvc_plugins.pdf.bounded import READERS, Bounds, read_bounded
 from contentsvc_plugins.server import Plugin, PluginError, terminal
 
 FOLDER = Path(__file__).resolve().parent
@@ -23,25 +27,31 @@ FOLDER = Path(__file__).resolve().parent
 
 def build() -> Plugin:
     plugin = Plugin(folder=FOLDER, handlers={})
-    plugin.handlers["normalizer"] = lambda request: normalize(request, plugin.pinned.manifest.contributions
-                                                             .normalizer.max_parts)
+    plugin.handlers["normalizer"] = lambda request: normalize(request, plugin.pinned.manifest)
+    READERS.warm()  # before serving: the first PDF does not wait for the forkserver to start
     return plugin
 
 
-def normalize(request: dict, max_parts: int = 256) -> dict:
-    data = read_input(request.get("input"))
-    parts, warnings = pdf_parts(data, max_parts)
+def normalize(request: dict, manifest: Manifest) -> dict:
+    blob = request.get("input")
+    input_path(blob)  # a malformed request is refused here, without starting a reader
+    bounds = Bounds.of(request.get("configuration"), wall_seconds=manifest.retry.timeout_seconds)
+    parts, warnings = read_bounded(blob, manifest.contributions.normalizer.max_parts, bounds)
     return {"manifest": {"kind": "manifest", "parts": parts}, "warnings": warnings}
 
 
-def read_input(blob: object) -> bytes:
+def input_path(blob: object) -> Path:
     if not isinstance(blob, dict) or not isinstance(blob.get("reference"), dict):
         raise terminal("invalid_request", "input.reference is required", 400)
     url = blob["reference"].get("url")
     parsed = urlparse(url) if isinstance(url, str) else None
     if parsed is None or parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
         raise terminal("invalid_request", "input.reference.url must be a file:// URL", 400)
-    path = Path(unquote(parsed.path))
+    return Path(unquote(parsed.path))
+
+
+def read_input(blob: object) -> bytes:
+    path = input_path(blob)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -68,8 +78,8 @@ def pdf_parts(data: bytes, max_parts: int) -> tuple[list[dict], list[dict]]:
             raise terminal("encrypted_pdf", "the PDF is encrypted")
         title = _title(reader)
         pages = [(number, _page_text(page)) for number, page in enumerate(reader.pages, start=1)]
-    except PluginError:
-        raise
+    except (PluginError, MemoryError):
+        raise  # MemoryError: the reader's memory limit, which the bounded reader answers as such
     except PyPdfError as exc:
         raise terminal("invalid_pdf", f"the PDF cannot be read ({type(exc).__name__})") from None
     except Exception as exc:  # noqa: BLE001 - a parser failing on these bytes fails on them every time

@@ -1,0 +1,108 @@
+"""The pdf normalizer reads each PDF in a child process under the configured memory and CPU
+bounds, and kills it when the engine's wait is over (docs/decisions.md, "The pdf normalizer's
+bounds"; decisions-part2 "pdf": damaged bytes give an answer or a terminal error; part 2: an
+error's `retryable` is authoritative). Real child processes, real pypdf, real files."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from contentsvc.bench.tiny_pdf import make_pdf
+from contentsvc_plugins.pdf.bounded import READERS, Bounds, read_bounded
+from contentsvc_plugins.pdf.plugin import build
+from contentsvc_plugins.server import PluginError
+from tests.fixtures.plugins.make_pdf import SAMPLE_PAGES, SAMPLE_TITLE
+
+# 20,000 pages of text: several seconds of pypdf's CPU on any machine, a few MB on disk.
+LONG_REPORT = make_pdf([[f"page {n} of the long report", "more words on it"] for n in range(20_000)], "Long")
+# One page whose FlateDecode content stream inflates from 70 kB to 70 MB.
+INFLATING = make_pdf([["A" * 70_000_000]], "Inflating", compress=True)
+
+
+@pytest.fixture(scope="module")
+def normalizer():
+    return build().handlers["normalizer"]  # and starts the first spare reader
+
+
+def request_for(tmp_path, data: bytes, configuration: dict | None = None) -> dict:
+    path = tmp_path / f"{hashlib.sha256(data).hexdigest()[:16]}.pdf"
+    path.write_bytes(data)
+    return {"contribution": "normalizer", "configuration": configuration or {},
+            "input": {"blob_id": "blob_1", "media_type": "application/pdf", "size_bytes": len(data),
+                      "sha256": hashlib.sha256(data).hexdigest(), "reference": {"url": path.as_uri()}}}
+
+
+def refusal(call, reader_ends: bool = True) -> PluginError:
+    """The PluginError `call` raises; the reader that read the PDF has ended when the PDF went over a
+    bound or the wait was over, and is reused otherwise."""
+    reader = next_reader()
+    with pytest.raises(PluginError) as raised:
+        call()
+    assert Path(f"/proc/{reader}").exists() is not reader_ends
+    return raised.value
+
+
+def next_reader() -> int:
+    """The pid of the reader of the next PDF: the idle one, started here if none is idle."""
+    READERS.warm()
+    return READERS.next_pid()
+
+
+def page_keys(answer: dict) -> list[str]:
+    return [part["key"] for part in answer["manifest"]["parts"]]
+
+
+def test_a_pdf_needing_more_cpu_than_allowed_is_refused_terminally(normalizer, tmp_path):
+    error = refusal(lambda: normalizer(request_for(tmp_path, LONG_REPORT, {"max_cpu_seconds": 1})))
+    assert (error.status, error.code, error.retryable) == (422, "pdf_limit_exceeded", False)
+    assert "1 s of CPU" in error.message
+    # the plugin goes on reading: the next PDF is answered as before
+    answer = normalizer(request_for(tmp_path, make_pdf(SAMPLE_PAGES, SAMPLE_TITLE), {"max_cpu_seconds": 1}))
+    assert page_keys(answer) == ["title", "page-1", "page-2"]
+
+
+def test_a_pdf_needing_more_memory_than_allowed_is_refused_terminally(normalizer, tmp_path):
+    error = refusal(lambda: normalizer(request_for(tmp_path, INFLATING, {"max_memory_mib": 128})))
+    assert (error.status, error.code, error.retryable) == (422, "pdf_limit_exceeded", False)
+    assert "128 MiB" in error.message
+    # the lowest bound the configuration allows still reads an ordinary (compressed) PDF
+    answer = normalizer(request_for(tmp_path, make_pdf(SAMPLE_PAGES, SAMPLE_TITLE, compress=True),
+                                    {"max_memory_mib": 128}))
+    assert page_keys(answer) == ["title", "page-1", "page-2"]
+    assert "Bearings replaced" in answer["manifest"]["parts"][2]["content"]["text"]
+
+
+def test_a_reader_still_busy_when_the_engine_stops_waiting_is_killed_and_the_answer_is_retryable(tmp_path):
+    request = request_for(tmp_path, LONG_REPORT)
+    error = refusal(lambda: read_bounded(request["input"], 256, Bounds(wall_seconds=0.5)))
+    # a busy machine, not the bytes, may be why: the engine may try again
+    assert (error.status, error.code, error.retryable) == (503, "pdf_read_timeout", True)
+
+
+def test_the_child_reports_the_readers_own_refusals_unchanged(normalizer, tmp_path):
+    request = request_for(tmp_path, b"%PDF-1.4 not really a PDF")
+    reader = next_reader()
+    error = refusal(lambda: normalizer(request), reader_ends=False)
+    assert (error.status, error.code, error.retryable) == (422, "invalid_pdf", False)
+    request["input"]["size_bytes"] += 1
+    error = refusal(lambda: normalizer(request), reader_ends=False)
+    assert (error.code, error.retryable) == ("blob_mismatch", False)
+    # a request without a file:// reference is refused before any reader is taken
+    error = refusal(lambda: normalizer({"input": {"reference": {"url": "https://example.com/a.pdf"}}}),
+                    reader_ends=False)
+    assert (error.status, error.code) == (400, "invalid_request")
+    assert next_reader() == reader  # one reader answered all three, and reads the next PDF
+
+
+def test_each_pdf_gets_its_own_cpu_bound_in_a_reused_reader(normalizer, tmp_path):
+    # Ten PDFs of about 0.35 s of CPU each (here), all read by one reader bound to 1 s a PDF: over 3 s
+    # in all, so the time the earlier ones used does not count against the later ones.
+    shorter = make_pdf([[f"page {n} of the shorter report", "more words on it"] for n in range(1_000)], "Shorter")
+    reader = next_reader()
+    for n in range(10):
+        answer = normalizer(request_for(tmp_path, shorter + b"%" * n, {"max_cpu_seconds": 1}))
+        assert len(answer["manifest"]["parts"]) == 256  # the title and the pages up to max_parts
+    assert next_reader() == reader

@@ -33,6 +33,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator, ClassVar
 
+import psycopg
 from psycopg import AsyncConnection
 
 from contentsvc.config import Settings
@@ -99,6 +100,13 @@ class Projector(ABC):
     def from_settings(cls, settings: Settings) -> "Projector":
         """How the process registry builds one."""
         return cls()
+
+    @staticmethod
+    def waiting(conn: psycopg.Connection) -> str | None:
+        """The work waiting for it in tables of its own, in words, for `contentsvc worker status`
+        (on the operator's synchronous connection); None for a fold whose work is the journal
+        (its lag says it) or a worker on a timer."""
+        return None
 
     @property
     def step_size(self) -> int:

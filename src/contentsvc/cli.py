@@ -288,7 +288,7 @@ def cmd_worker(args, settings: Settings) -> int:
         from contentsvc.operator.workers import print_worker_status
 
         return print_worker_status(_database_url(settings), {
-            name: not kind.fold_class().single_instance for name, kind in of_role(WORKER).items()})
+            name: kind.fold_class() for name, kind in of_role(WORKER).items()})
     kind = _kind_named(WORKER, args.name)
     return 2 if kind is None else _run_fold(kind, settings)
 

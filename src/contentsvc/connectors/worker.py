@@ -53,6 +53,7 @@ from contentsvc.readmodel.uploads import read_upload_secret
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
+from contentsvc.operator.wording import counted, oldest_due
 from contentsvc.plugins.client import PluginClient, PluginClients, PluginFailed, PluginUnreachable, backoff_delay
 from contentsvc.plugins.plans import ActivePlan
 from contentsvc.projectors.base import Projector
@@ -73,6 +74,14 @@ class ConnectorsWorker(Projector):
     # Connectors created, changed or asked to run, and plan changes; schedules are polled.
     wakes_on = ("connector", "plugin")
     runs_beside_steps = True  # runs commit their pages on the worker's connection between steps
+
+    @staticmethod
+    def waiting(conn: psycopg.Connection) -> str:
+        queued, running, late = conn.execute(
+            "SELECT count(*) FILTER (WHERE state = 'queued'), count(*) FILTER (WHERE state = 'running'),"
+            " now() - min(run_at) FILTER (WHERE state = 'queued' AND run_at <= now())"
+            " FROM connector_runs WHERE state IN ('queued', 'running')").fetchone()
+        return f"{counted(queued, 'run')} queued{oldest_due(late)}, {running:,} running"
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -34,6 +34,7 @@ from contentsvc.logging import get_logger
 from contentsvc.monitoring import deliveries
 from contentsvc.monitoring.deliveries import EXCERPT_BYTES, Claim, Outcome
 from contentsvc.monitoring.webhooks import request_headers
+from contentsvc.operator.wording import counted, oldest_due
 from contentsvc.outbound_http import outbound_client
 from contentsvc.projectors.base import Projector
 from contentsvc.projectors.runner import connection_lost
@@ -60,6 +61,17 @@ class DeliveriesWorker(Projector):
     # Woken by every commit (wakes_on stays None): listening to its families alone measured 30 %
     # fewer deliveries per second in `bench monitoring`'s burst.
     single_instance = False  # leases share the work: any number may run
+
+    @staticmethod
+    def waiting(conn: psycopg.Connection) -> str:
+        # A held Delivery (its Subscription disabled or deleted, its destination unconfigured) waits
+        # for no worker: it is counted apart from the ones the workers will attempt.
+        pending, due, held, late = conn.execute(
+            "SELECT count(*) FILTER (WHERE held IS NULL), count(*) FILTER (WHERE held IS NULL AND next_attempt_at <= now()),"
+            " count(*) FILTER (WHERE held IS NOT NULL),"
+            " now() - min(next_attempt_at) FILTER (WHERE held IS NULL AND next_attempt_at <= now())"
+            " FROM deliveries WHERE state = 'pending'").fetchone()
+        return f"{counted(pending, 'delivery', 'deliveries')} pending ({due:,} due{oldest_due(late)}), {held:,} held"
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

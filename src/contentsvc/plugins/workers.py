@@ -12,12 +12,14 @@ under the registry lock only if no other outcome committed meanwhile.
 from __future__ import annotations
 
 import msgspec
+import psycopg
 from psycopg import AsyncConnection
 
 from contentsvc.config import Settings
 from contentsvc.domain.clock import utc_now
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
+from contentsvc.operator.wording import counted
 from contentsvc.plugins import events as pe
 from contentsvc.plugins import registry, store
 from contentsvc.plugins.client import PluginTarget
@@ -33,6 +35,11 @@ class PluginsWorker(Projector):
     name = "plugins"
     # Registrations to check, and the end of pinned work a draining registration waits for.
     wakes_on = ("plugin", "connector", "delivery", "operation")
+
+    @staticmethod
+    def waiting(conn: psycopg.Connection) -> str:
+        waiting = conn.execute("SELECT count(*) FROM plugin_registrations WHERE check_report IS NULL").fetchone()[0]
+        return f"{counted(waiting, 'contract check')} waiting"
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -6,6 +6,10 @@ error's `retryable` is authoritative). Real child processes, real pypdf, real fi
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -106,3 +110,24 @@ def test_each_pdf_gets_its_own_cpu_bound_in_a_reused_reader(normalizer, tmp_path
         answer = normalizer(request_for(tmp_path, shorter + b"%" * n, {"max_cpu_seconds": 1}))
         assert len(answer["manifest"]["parts"]) == 256  # the title and the pages up to max_parts
     assert next_reader() == reader
+
+
+def test_a_reader_killed_from_outside_is_a_retryable_answer_and_an_idle_one_is_passed_over(normalizer, tmp_path):
+    # Killed while reading (the machine's OOM killer, an operator): not something the bytes decide.
+    reader = next_reader()
+    killer = threading.Timer(0.3, os.kill, (reader, signal.SIGKILL))
+    killer.start()
+    error = refusal(lambda: normalizer(request_for(tmp_path, LONG_REPORT)))
+    killer.join()
+    assert (error.status, error.code, error.retryable) == (503, "pdf_read_interrupted", True)
+    # Killed while idle: once that is known here, the next PDF is read by another reader, as if
+    # nothing had happened. (A PDF arriving in the few milliseconds before is answered like the
+    # one above: retryable.)
+    reader = next_reader()
+    os.kill(reader, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while READERS.next_pid() == reader and time.monotonic() < deadline:
+        time.sleep(0.01)
+    answer = normalizer(request_for(tmp_path, make_pdf(SAMPLE_PAGES, SAMPLE_TITLE)))
+    assert page_keys(answer) == ["title", "page-1", "page-2"]
+    assert next_reader() != reader

@@ -20,7 +20,8 @@ here, against half a millisecond for a one-page PDF's parse. Each PDF still gets
 the CPU limit is set to the time used so far plus `max_cpu_seconds` before each one, and a
 reader that ran out of memory after earlier reads may have been left with less than a fresh one
 (fragmentation), so the PDF is read again by a fresh reader, and only a fresh reader's refusal
-is the answer. A reader that ran out of memory, or was killed, is not reused. Readers fork from
+is the answer. A reader that ran out of memory or was killed is not reused (one found dead
+while idle is passed over). Readers fork from
 a forkserver that has pypdf loaded, and at most one per CPU reads at a time, so a burst of PDFs
 cannot hold more than that many times `max_memory_mib`.
 """
@@ -35,7 +36,7 @@ import os
 import resource
 import signal
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from contentsvc_plugins.server import PluginError, terminal
 
@@ -89,7 +90,7 @@ class _Reader:
     process: multiprocessing.process.BaseProcess
     conn: object  # multiprocessing.connection.Connection, the parent's end
     reads: int = 0
-    ended: bool = field(default=False)
+    ended: bool = False
 
     @classmethod
     def start(cls) -> _Reader:
@@ -102,19 +103,20 @@ class _Reader:
     def read(self, job: tuple, bounds: Bounds) -> tuple | PluginError:
         """The child's answer to one PDF, or the PluginError of how it ended without one."""
         self.reads += 1
-        in_time = False
         try:
             self.conn.send(job)
-            in_time = self.conn.poll(bounds.wall_seconds)
-            if in_time:
-                outcome = self.conn.recv()
-                if _over_memory(outcome):
-                    self.stop()  # it ends after answering so: its memory may be spent
-                return outcome
-        except (EOFError, BrokenPipeError, ConnectionResetError):
-            pass
-        self.stop(kill=True)
-        return _ended_without_answer(self.process.exitcode, bounds, in_time)
+            if not self.conn.poll(bounds.wall_seconds):
+                self.stop(kill=True)
+                # The engine stopped waiting, and a busy machine, not the bytes, may be why.
+                return PluginError(503, "pdf_read_timeout", f"reading the PDF did not finish within "
+                                   f"{bounds.wall_seconds:g} s", retryable=True)
+            outcome = self.conn.recv()
+        except (EOFError, OSError):  # the child ended without answering
+            self.stop(kill=True)
+            return _ended_without_answer(self.process.exitcode, bounds)
+        if _over_memory(outcome):
+            self.stop()  # it ends after answering so: its memory may be spent
+        return outcome
 
     def stop(self, kill: bool = False) -> None:
         if kill and self.process.is_alive():
@@ -125,16 +127,22 @@ class _Reader:
 
 
 class _Readers:
-    """The idle readers, and a fresh one kept ready so that a request need not wait for a fork."""
+    """The idle readers: a request takes one (or starts one when none is idle) and gives it back
+    after its PDF, unless it ended or has read its share."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle: list[_Reader] = []
 
     def take(self) -> _Reader:
-        with self._lock:
-            reader = self._idle.pop() if self._idle else None
-        return reader or _Reader.start()
+        while True:
+            with self._lock:
+                reader = self._idle.pop() if self._idle else None
+            if reader is None:
+                return _Reader.start()
+            if reader.process.is_alive():
+                return reader
+            reader.stop()  # stopped from outside while idle: passed over
 
     def give_back(self, reader: _Reader) -> None:
         if reader.ended:
@@ -147,15 +155,14 @@ class _Readers:
 
     def warm(self) -> None:
         """Start the forkserver (pypdf loaded: a few hundred ms) and one reader, when none is idle."""
-        with self._lock:
-            if self._idle:
-                return
-        self.give_back(_Reader.start())
+        if self.next_pid() is None:
+            self.give_back(_Reader.start())
 
     def next_pid(self) -> int | None:
-        """The process that reads the next PDF, when one is idle."""
+        """The process that reads the next PDF: the last idle reader still running, if any."""
         with self._lock:
-            return self._idle[-1].process.pid if self._idle else None
+            alive = [reader for reader in self._idle if reader.process.is_alive()]
+        return alive[-1].process.pid if alive else None
 
 
 READERS = _Readers()
@@ -165,11 +172,7 @@ def _over_memory(outcome: tuple | PluginError) -> bool:
     return isinstance(outcome, tuple) and outcome[0] == "error" and outcome[1][1] == "pdf_limit_exceeded"
 
 
-def _ended_without_answer(exitcode: int | None, bounds: Bounds, in_time: bool) -> PluginError:
-    if not in_time:
-        # Killed here: the engine stopped waiting, and a busy machine, not the bytes, may be why.
-        return PluginError(503, "pdf_read_timeout", f"reading the PDF did not finish within "
-                           f"{bounds.wall_seconds:g} s", retryable=True)
+def _ended_without_answer(exitcode: int | None, bounds: Bounds) -> PluginError:
     if exitcode == -signal.SIGXCPU:
         return terminal("pdf_limit_exceeded", f"reading the PDF took more than {bounds.max_cpu_seconds} s of CPU")
     if exitcode == -signal.SIGKILL:

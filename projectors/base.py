@@ -30,6 +30,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import AsyncIterator, ClassVar
 
@@ -44,6 +45,16 @@ from contentsvc.journal.store import head as journal_head
 from contentsvc.journal.store import read_after
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.search import generations
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """`1 run`, `3 runs`: for the words of `Projector.waiting`."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
+def oldest_due(delay: timedelta | None) -> str:
+    """`, the oldest due N s ago` for the oldest item past its time; empty when none is."""
+    return "" if delay is None else f", the oldest due {max(0, round(delay.total_seconds())):,} s ago"
 
 
 class Projector(ABC):

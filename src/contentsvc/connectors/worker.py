@@ -53,10 +53,9 @@ from contentsvc.readmodel.uploads import read_upload_secret
 from contentsvc.journal.store import append
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
-from contentsvc.operator.wording import counted, oldest_due
 from contentsvc.plugins.client import PluginClient, PluginClients, PluginFailed, PluginUnreachable, backoff_delay
 from contentsvc.plugins.plans import ActivePlan
-from contentsvc.projectors.base import Projector
+from contentsvc.projectors.base import Projector, counted, oldest_due
 from contentsvc.storage import sealed
 from contentsvc.storage.database import database_now
 

@@ -34,9 +34,8 @@ from contentsvc.logging import get_logger
 from contentsvc.monitoring import deliveries
 from contentsvc.monitoring.deliveries import EXCERPT_BYTES, Claim, Outcome
 from contentsvc.monitoring.webhooks import request_headers
-from contentsvc.operator.wording import counted, oldest_due
 from contentsvc.outbound_http import outbound_client
-from contentsvc.projectors.base import Projector
+from contentsvc.projectors.base import Projector, counted, oldest_due
 from contentsvc.projectors.runner import connection_lost
 
 log = get_logger("contentsvc.deliveries")

@@ -47,10 +47,9 @@ from contentsvc.monitoring.batches import (
     subscription_request,
 )
 from contentsvc.monitoring.evaluation_request import BUILTIN_NORMALIZATION, RecordVersion, record_object
-from contentsvc.operator.wording import counted, oldest_due
 from contentsvc.plugins.client import PluginClients, PluginFailed, PluginUnreachable, random_backoff_delay
 from contentsvc.plugins.plans import ActivePlan, Provider
-from contentsvc.projectors.base import TableFold
+from contentsvc.projectors.base import TableFold, counted, oldest_due
 
 log = get_logger("contentsvc.monitor")
 

@@ -19,14 +19,13 @@ from contentsvc.config import Settings
 from contentsvc.domain.clock import utc_now
 from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
-from contentsvc.operator.wording import counted
 from contentsvc.plugins import events as pe
 from contentsvc.plugins import registry, store
 from contentsvc.plugins.client import PluginTarget
 from contentsvc.plugins.contract_check.run import run_contract_check
 from contentsvc.plugins.manifest import stored_manifest
 from contentsvc.plugins.manifest import installed_settings
-from contentsvc.projectors.base import Projector
+from contentsvc.projectors.base import Projector, counted
 
 log = get_logger("contentsvc.plugins.worker")
 

@@ -21,9 +21,9 @@ the CPU limit is set to the time used so far plus `max_cpu_seconds` before each 
 reader that ran out of memory after earlier reads may have been left with less than a fresh one
 (fragmentation), so the PDF is read again by a fresh reader, and only a fresh reader's refusal
 is the answer. A reader that ran out of memory or was killed is not reused (one found dead
-while idle is passed over). Readers fork from
-a forkserver that has pypdf loaded, and at most one per CPU reads at a time, so a burst of PDFs
-cannot hold more than that many times `max_memory_mib`.
+while idle is passed over). Readers fork from a forkserver that has pypdf loaded, and at most
+one per CPU reads at a time, so a burst of PDFs cannot hold more than that many times
+`max_memory_mib`.
 """
 
 from __future__ import annotations

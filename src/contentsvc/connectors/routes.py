@@ -120,7 +120,10 @@ async def replace_connector_credential(call: Call[CredentialReplace, None], conn
 
 
 @operation("changeConnectorSchedule", "PUT", "/v0/connectors/{connector_id}/schedule", permission=WRITE,
-           body=Schedule, responses={200: Connector})
+           body=Schedule, responses={200: Connector},
+           # the deployment's floor to a day (part 2 ScheduleChange), also where a create names a schedule
+           body_members=lambda settings: {"interval_seconds": {
+               "minimum": settings.connectors.interval_floor_seconds, "maximum": commands.MAX_INTERVAL}})
 async def change_connector_schedule(call: Call[Schedule, None], connector_id: str) -> Response:
     svc = services(call.request)
     async with svc.pool.connection() as conn:

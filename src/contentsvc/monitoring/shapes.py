@@ -14,12 +14,13 @@ import msgspec
 from msgspec import Meta
 
 from contentsvc.domain.errors import ApiError, invalid_schema
-from contentsvc.domain.models import Input, NonEmpty, Output
+from contentsvc.domain.models import UNIQUE, Input, NonEmpty, Output
 from contentsvc.plugins.manifest import validate_against
 
 IdempotencyKey = Annotated[str, Meta(min_length=1, max_length=256)]
 Name = Annotated[str, Meta(min_length=1, max_length=200)]  # decisions-part2: names are 1..200 chars
-CorpusIds = Annotated[list[NonEmpty], Meta(min_length=1, max_length=16)]  # decisions-part2: 1..16 unique
+# decisions-part2: 1..16 unique (check_corpus_ids answers a repeat; stated here for the schema)
+CorpusIds = Annotated[list[NonEmpty], Meta(min_length=1, max_length=16, extra_json_schema=UNIQUE)]
 MAX_EXPRESSION_BYTES = 64 * 1024  # decisions-part2: an expression is at most 64 KiB serialized
 MAX_OWNER_CHARS = 128  # part 2 Subscription Version: owner 1..128 chars
 GLOBAL_OWNER = "none"  # the listSubscriptions filter value for global Subscriptions; no owner may be it

@@ -104,7 +104,7 @@ def test_a_launched_pdf_normalizer_turns_a_pdf_blob_into_searchable_pages(databa
                 "SELECT kind FROM journal WHERE version_id = %s ORDER BY position", (receipt["version_id"],))]
         assert "record.accepted" in kinds
 
-        # docs/decisions.md "The pdf normalizer's bounds": the pin's configuration bounds each PDF's
+        # docs/decisions.md "`pdf` bounds": the pin's configuration bounds each PDF's
         # read; a PDF needing more CPU is refused terminally, and the plugin reads the next one
         blob = verified_blob(client, LONG_REPORT, "application/pdf")
         receipt = _ingest(client, corpus, "long", blob["blob_id"])

@@ -1,7 +1,7 @@
 """The pdf normalizer reads each PDF in a child process under the configured memory and CPU
-bounds, and kills it when the engine's wait is over (docs/decisions.md, "The pdf normalizer's
-bounds"; decisions-part2 "pdf": damaged bytes give an answer or a terminal error; part 2: an
-error's `retryable` is authoritative). Real child processes, real pypdf, real files."""
+bounds, and kills it when the engine's wait is over (docs/decisions.md, "`pdf` bounds";
+decisions-part2 "pdf": damaged bytes give an answer or a terminal error; part 2: an error's
+`retryable` is authoritative). Real child processes, real pypdf, real files."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ INFLATING = make_pdf([["A" * 70_000_000]], "Inflating", compress=True)
 
 @pytest.fixture(scope="module")
 def normalizer():
-    return build().handlers["normalizer"]  # and starts the first spare reader
+    return build().handlers["normalizer"]  # and starts the first reader
 
 
 def request_for(tmp_path, data: bytes, configuration: dict | None = None) -> dict:
@@ -69,6 +69,8 @@ def test_a_pdf_needing_more_cpu_than_allowed_is_refused_terminally(normalizer, t
 
 
 def test_a_pdf_needing_more_memory_than_allowed_is_refused_terminally(normalizer, tmp_path):
+    # When earlier PDFs went through the reader (the test before this one's), the PDF is read again by
+    # a fresh reader, whose refusal is the answer; the first reader ends either way.
     error = refusal(lambda: normalizer(request_for(tmp_path, INFLATING, {"max_memory_mib": 128})))
     assert (error.status, error.code, error.retryable) == (422, "pdf_limit_exceeded", False)
     assert "128 MiB" in error.message

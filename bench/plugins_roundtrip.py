@@ -149,9 +149,9 @@ def bench_roundtrip(workdir: Path, plugin_log: Path, client_log: Path, calls: in
     plugin = build()
     manifest = plugin.pinned.manifest
     request = normalizer_request(path, data)
-    expected = normalize(request, manifest)
-
-    local = in_process(lambda: normalize(request, manifest), calls, warm_up)
+    with asyncio.Runner() as loop:  # one event loop for every call, as the plugin server has
+        expected = loop.run(normalize(request, manifest))
+        local = in_process(lambda: loop.run(normalize(request, manifest)), calls, warm_up)
     # The parse alone, in this thread: what reading each PDF in a bounded child process costs on top.
     unbounded = in_process(lambda: pdf_parts(read_input(request["input"]), manifest.contributions.normalizer.max_parts),
                            calls, warm_up)

@@ -5,6 +5,7 @@ decisions-part2 "pdf": damaged bytes give an answer or a terminal error; part 2:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import signal
@@ -28,7 +29,8 @@ INFLATING = make_pdf([["A" * 70_000_000]], "Inflating", compress=True)
 
 @pytest.fixture(scope="module")
 def normalizer():
-    return build().handlers["normalizer"]  # and starts the first reader
+    handler = build().handlers["normalizer"]  # and starts the first reader
+    return lambda request: asyncio.run(handler(request))  # the coroutine the plugin server awaits
 
 
 def request_for(tmp_path, data: bytes, configuration: dict | None = None) -> dict:
@@ -83,7 +85,7 @@ def test_a_pdf_needing_more_memory_than_allowed_is_refused_terminally(normalizer
 
 def test_a_reader_still_busy_when_the_engine_stops_waiting_is_killed_and_the_answer_is_retryable(tmp_path):
     request = request_for(tmp_path, LONG_REPORT)
-    error = refusal(lambda: read_bounded(request["input"], 256, Bounds(wall_seconds=0.5)))
+    error = refusal(lambda: asyncio.run(read_bounded(request["input"], 256, Bounds(wall_seconds=0.5))))
     # a busy machine, not the bytes, may be why: the engine may try again
     assert (error.status, error.code, error.retryable) == (503, "pdf_read_timeout", True)
 

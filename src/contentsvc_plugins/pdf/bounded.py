@@ -38,12 +38,14 @@ import signal
 import threading
 from dataclasses import dataclass
 
+import anyio
+
 from contentsvc_plugins.server import PluginError, terminal
 
 READS_PER_READER = 100  # then the reader ends and a fresh one takes its place: no drift lasts
 _FORKSERVER = multiprocessing.get_context("forkserver")
 _FORKSERVER.set_forkserver_preload(["pypdf", "contentsvc_plugins.pdf.plugin"])
-_BUSY = threading.BoundedSemaphore(os.cpu_count() or 2)  # readers reading at once
+_BUSY = anyio.Semaphore(os.cpu_count() or 2)  # readers reading at once
 
 
 @dataclass(frozen=True)
@@ -63,18 +65,24 @@ class Bounds:
                    wall_seconds=wall_seconds)
 
 
-def read_bounded(blob: object, max_parts: int, bounds: Bounds) -> tuple[list[dict], list[dict]]:
+async def read_bounded(blob: object, max_parts: int, bounds: Bounds) -> tuple[list[dict], list[dict]]:
     """The Parts and warnings of the PDF the request's `input` refers to, read by a bounded child;
-    a PluginError for every refusal, exactly as the child raised it or as its end decides."""
-    if not _BUSY.acquire(timeout=bounds.wall_seconds):
+    a PluginError for every refusal, exactly as the child raised it or as its end decides. It
+    waits for the child on the event loop; starting and ending readers go to a thread."""
+    acquired = False
+    with anyio.move_on_after(bounds.wall_seconds):
+        await _BUSY.acquire()
+        acquired = True
+    if not acquired:
         raise PluginError(503, "unavailable", "every PDF reader stayed busy", retryable=True)
     try:
-        reader = READERS.take()
-        outcome = reader.read((blob, max_parts, bounds), bounds)
+        reader = await READERS.take()
+        outcome = await reader.read((blob, max_parts, bounds), bounds)
         if _over_memory(outcome) and reader.reads > 1:
-            reader = _Reader.start()  # a reused reader may hold less than a fresh one: only that decides
-            outcome = reader.read((blob, max_parts, bounds), bounds)
-        READERS.give_back(reader)
+            # a reused reader may hold less than a fresh one: only a fresh one decides
+            reader = await anyio.to_thread.run_sync(_Reader.start)
+            outcome = await reader.read((blob, max_parts, bounds), bounds)
+        await READERS.give_back(reader)
     finally:
         _BUSY.release()
     if isinstance(outcome, PluginError):
@@ -100,12 +108,16 @@ class _Reader:
         child_end.close()  # the child holds the only other end: its death reads as end of file here
         return cls(process, conn)
 
-    def read(self, job: tuple, bounds: Bounds) -> tuple | PluginError:
+    async def read(self, job: tuple, bounds: Bounds) -> tuple | PluginError:
         """The child's answer to one PDF, or the PluginError of how it ended without one."""
         self.reads += 1
+        answered = False
         try:
-            self.conn.send(job)
-            if not self.conn.poll(bounds.wall_seconds):
+            self.conn.send(job)  # a request's few fields: the pipe's buffer takes them at once
+            with anyio.move_on_after(bounds.wall_seconds):
+                await anyio.wait_readable(self.conn.fileno())  # the answer, or the end of file of its death
+                answered = True
+            if not answered:
                 self.stop(kill=True)
                 # The engine stopped waiting, and a busy machine, not the bytes, may be why.
                 return PluginError(503, "pdf_read_timeout", f"reading the PDF did not finish within "
@@ -114,6 +126,9 @@ class _Reader:
         except (EOFError, OSError):  # the child ended without answering
             self.stop(kill=True)
             return _ended_without_answer(self.process.exitcode, bounds)
+        except BaseException:  # the call itself was cancelled: the reader's state is unknown
+            self.stop(kill=True)
+            raise
         if _over_memory(outcome):
             self.stop()  # it ends after answering so: its memory may be spent
         return outcome
@@ -134,29 +149,32 @@ class _Readers:
         self._lock = threading.Lock()
         self._idle: list[_Reader] = []
 
-    def take(self) -> _Reader:
+    async def take(self) -> _Reader:
         while True:
             with self._lock:
                 reader = self._idle.pop() if self._idle else None
             if reader is None:
-                return _Reader.start()
+                return await anyio.to_thread.run_sync(_Reader.start)
             if reader.process.is_alive():
                 return reader
-            reader.stop()  # stopped from outside while idle: passed over
+            reader.stop()  # stopped from outside while idle: passed over (it has ended: no wait)
 
-    def give_back(self, reader: _Reader) -> None:
+    async def give_back(self, reader: _Reader) -> None:
         if reader.ended:
             return
         if reader.reads >= READS_PER_READER:
-            reader.stop()
+            await anyio.to_thread.run_sync(reader.stop)
             return
+        self._keep(reader)
+
+    def _keep(self, reader: _Reader) -> None:
         with self._lock:
             self._idle.append(reader)
 
     def warm(self) -> None:
         """Start the forkserver (pypdf loaded: a few hundred ms) and one reader, when none is idle."""
         if self.next_pid() is None:
-            self.give_back(_Reader.start())
+            self._keep(_Reader.start())
 
     def next_pid(self) -> int | None:
         """The process that reads the next PDF: the last idle reader still running, if any."""

@@ -27,16 +27,20 @@ FOLDER = Path(__file__).resolve().parent
 
 def build() -> Plugin:
     plugin = Plugin(folder=FOLDER, handlers={})
-    plugin.handlers["normalizer"] = lambda request: normalize(request, plugin.pinned.manifest)
+
+    async def normalizer(request: dict) -> dict:
+        return await normalize(request, plugin.pinned.manifest)
+
+    plugin.handlers["normalizer"] = normalizer
     READERS.warm()  # before serving: the first PDF does not wait for the forkserver to start
     return plugin
 
 
-def normalize(request: dict, manifest: Manifest) -> dict:
+async def normalize(request: dict, manifest: Manifest) -> dict:
     blob = request.get("input")
     input_path(blob)  # a malformed request is refused here, without starting a reader
     bounds = Bounds.of(request.get("configuration"), wall_seconds=manifest.retry.timeout_seconds)
-    parts, warnings = read_bounded(blob, manifest.contributions.normalizer.max_parts, bounds)
+    parts, warnings = await read_bounded(blob, manifest.contributions.normalizer.max_parts, bounds)
     return {"manifest": {"kind": "manifest", "parts": parts}, "warnings": warnings}
 
 

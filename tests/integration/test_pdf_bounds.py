@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from contentsvc.bench.tiny_pdf import make_pdf
-from contentsvc_plugins.pdf.bounded import READERS, Bounds, read_bounded
+from contentsvc_plugins.pdf.bounded import READERS, READS_PER_READER, Bounds, read_bounded
 from contentsvc_plugins.pdf.plugin import build
 from contentsvc_plugins.server import PluginError
 from tests.fixtures.plugins.make_pdf import SAMPLE_PAGES, SAMPLE_TITLE
@@ -135,3 +135,14 @@ def test_a_reader_killed_from_outside_is_a_retryable_answer_and_an_idle_one_is_p
     answer = normalizer(request_for(tmp_path, make_pdf(SAMPLE_PAGES, SAMPLE_TITLE)))
     assert page_keys(answer) == ["title", "page-1", "page-2"]
     assert next_reader() != reader
+
+
+def test_a_reader_ends_after_its_share_of_pdfs_and_another_reads_the_next(normalizer, tmp_path):
+    sample = make_pdf(SAMPLE_PAGES, SAMPLE_TITLE)
+    first = None
+    for n in range(READS_PER_READER + 1):  # at most that many reads by any one reader
+        reader = next_reader()
+        first = first or reader
+        assert page_keys(normalizer(request_for(tmp_path, sample + b"%" * n))) == ["title", "page-1", "page-2"]
+    assert not Path(f"/proc/{first}").exists()  # it ended once it had read its share
+    assert next_reader() != first

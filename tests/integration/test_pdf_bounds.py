@@ -108,10 +108,10 @@ def test_the_child_reports_the_readers_own_refusals_unchanged(normalizer, tmp_pa
 def test_each_pdf_gets_its_own_cpu_bound_in_a_reused_reader(normalizer, tmp_path):
     # Ten PDFs of about 0.35 s of CPU each (here), all read by one reader bound to 1 s a PDF: over 3 s
     # in all, so the time the earlier ones used does not count against the later ones.
-    shorter = make_pdf([[f"page {n} of the shorter report", "more words on it"] for n in range(1_000)], "Shorter")
+    pages = [[f"page {n} of the shorter report", "more words on it"] for n in range(1_000)]
     reader = next_reader()
     for n in range(10):
-        answer = normalizer(request_for(tmp_path, shorter + b"%" * n, {"max_cpu_seconds": 1}))
+        answer = normalizer(request_for(tmp_path, make_pdf(pages, f"Shorter {n}"), {"max_cpu_seconds": 1}))
         assert len(answer["manifest"]["parts"]) == 256  # the title and the pages up to max_parts
     assert next_reader() == reader
 
@@ -138,11 +138,11 @@ def test_a_reader_killed_from_outside_is_a_retryable_answer_and_an_idle_one_is_p
 
 
 def test_a_reader_ends_after_its_share_of_pdfs_and_another_reads_the_next(normalizer, tmp_path):
-    sample = make_pdf(SAMPLE_PAGES, SAMPLE_TITLE)
     first = None
     for n in range(READS_PER_READER + 1):  # at most that many reads by any one reader
         reader = next_reader()
         first = first or reader
-        assert page_keys(normalizer(request_for(tmp_path, sample + b"%" * n))) == ["title", "page-1", "page-2"]
+        sample = make_pdf(SAMPLE_PAGES, f"{SAMPLE_TITLE} {n}")
+        assert page_keys(normalizer(request_for(tmp_path, sample))) == ["title", "page-1", "page-2"]
     assert not Path(f"/proc/{first}").exists()  # it ended once it had read its share
     assert next_reader() != first

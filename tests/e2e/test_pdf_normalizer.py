@@ -24,7 +24,7 @@ from contentsvc.processes.local_service import free_port
 from tests.conftest import ServerProcess, client_for, create_corpus, key_for, wait_healthy, wait_resolved
 from tests.e2e.test_plugin_admin import PDF
 from tests.e2e.test_uploads import blob_command, verified_blob, version_of
-from tests.integration.test_pdf_bounds import LONG_REPORT
+from tests.integration.test_pdf_bounds import long_report
 
 FIXTURE = PDF / "fixtures" / "inspection.pdf"
 
@@ -106,7 +106,7 @@ def test_a_launched_pdf_normalizer_turns_a_pdf_blob_into_searchable_pages(databa
 
         # docs/decisions.md "`pdf` bounds": the pin's configuration bounds each PDF's
         # read; a PDF needing more CPU is refused terminally, and the plugin reads the next one
-        blob = verified_blob(client, LONG_REPORT, "application/pdf")
+        blob = verified_blob(client, long_report(), "application/pdf")
         receipt = _ingest(client, corpus, "long", blob["blob_id"])
         [diagnostic] = receipt["diagnostics"]
         assert diagnostic["code"] == "normalizer_failed" and "pdf_limit_exceeded" in diagnostic["message"], receipt

@@ -6,6 +6,7 @@ decisions-part2 "pdf": damaged bytes give an answer or a terminal error; part 2:
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import os
 import signal
@@ -21,10 +22,18 @@ from contentsvc_plugins.pdf.plugin import build
 from contentsvc_plugins.server import PluginError
 from tests.fixtures.plugins.make_pdf import SAMPLE_PAGES, SAMPLE_TITLE
 
-# 20,000 pages of text: several seconds of pypdf's CPU on any machine, a few MB on disk.
-LONG_REPORT = make_pdf([[f"page {n} of the long report", "more words on it"] for n in range(20_000)], "Long")
-# One page whose FlateDecode content stream inflates from 70 kB to 70 MB.
-INFLATING = make_pdf([["A" * 70_000_000]], "Inflating", compress=True)
+# Made when a test first asks, not at import: every test worker imports this module to collect it
+# (the two together took 0.45 s and 225 MiB there).
+@functools.cache
+def long_report() -> bytes:
+    """20,000 pages of text: several seconds of pypdf's CPU on any machine, a few MB on disk."""
+    return make_pdf([[f"page {n} of the long report", "more words on it"] for n in range(20_000)], "Long")
+
+
+@functools.cache
+def inflating() -> bytes:
+    """One page whose FlateDecode content stream inflates from 70 kB to 70 MB."""
+    return make_pdf([["A" * 70_000_000]], "Inflating", compress=True)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +71,7 @@ def page_keys(answer: dict) -> list[str]:
 
 
 def test_a_pdf_needing_more_cpu_than_allowed_is_refused_terminally(normalizer, tmp_path):
-    error = refusal(lambda: normalizer(request_for(tmp_path, LONG_REPORT, {"max_cpu_seconds": 1})))
+    error = refusal(lambda: normalizer(request_for(tmp_path, long_report(), {"max_cpu_seconds": 1})))
     assert (error.status, error.code, error.retryable) == (422, "pdf_limit_exceeded", False)
     assert "1 s of CPU" in error.message
     # the plugin goes on reading: the next PDF is answered as before
@@ -73,7 +82,7 @@ def test_a_pdf_needing_more_cpu_than_allowed_is_refused_terminally(normalizer, t
 def test_a_pdf_needing_more_memory_than_allowed_is_refused_terminally(normalizer, tmp_path):
     # When earlier PDFs went through the reader (the test before this one's), the PDF is read again by
     # a fresh reader, whose refusal is the answer; the first reader ends either way.
-    error = refusal(lambda: normalizer(request_for(tmp_path, INFLATING, {"max_memory_mib": 128})))
+    error = refusal(lambda: normalizer(request_for(tmp_path, inflating(), {"max_memory_mib": 128})))
     assert (error.status, error.code, error.retryable) == (422, "pdf_limit_exceeded", False)
     assert "128 MiB" in error.message
     # the lowest bound the configuration allows still reads an ordinary (compressed) PDF
@@ -84,7 +93,7 @@ def test_a_pdf_needing_more_memory_than_allowed_is_refused_terminally(normalizer
 
 
 def test_a_reader_still_busy_when_the_engine_stops_waiting_is_killed_and_the_answer_is_retryable(tmp_path):
-    request = request_for(tmp_path, LONG_REPORT)
+    request = request_for(tmp_path, long_report())
     error = refusal(lambda: asyncio.run(read_bounded(request["input"], 256, Bounds(wall_seconds=0.5))))
     # a busy machine, not the bytes, may be why: the engine may try again
     assert (error.status, error.code, error.retryable) == (503, "pdf_read_timeout", True)
@@ -121,7 +130,7 @@ def test_a_reader_killed_from_outside_is_a_retryable_answer_and_an_idle_one_is_p
     reader = next_reader()
     killer = threading.Timer(0.3, os.kill, (reader, signal.SIGKILL))
     killer.start()
-    error = refusal(lambda: normalizer(request_for(tmp_path, LONG_REPORT)))
+    error = refusal(lambda: normalizer(request_for(tmp_path, long_report())))
     killer.join()
     assert (error.status, error.code, error.retryable) == (503, "pdf_read_interrupted", True)
     # Killed while idle: once that is known here, the next PDF is read by another reader, as if

@@ -32,6 +32,7 @@ import gc
 import logging
 import math
 import multiprocessing
+import multiprocessing.connection
 import os
 import resource
 import signal
@@ -69,12 +70,11 @@ async def read_bounded(blob: object, max_parts: int, bounds: Bounds) -> tuple[li
     """The Parts and warnings of the PDF the request's `input` refers to, read by a bounded child;
     a PluginError for every refusal, exactly as the child raised it or as its end decides. It
     waits for the child on the event loop; starting and ending readers go to a thread."""
-    acquired = False
-    with anyio.move_on_after(bounds.wall_seconds):
-        await _BUSY.acquire()
-        acquired = True
-    if not acquired:
-        raise PluginError(503, "unavailable", "every PDF reader stayed busy", retryable=True)
+    try:
+        with anyio.fail_after(bounds.wall_seconds):
+            await _BUSY.acquire()
+    except TimeoutError:
+        raise PluginError(503, "unavailable", "every PDF reader stayed busy", retryable=True) from None
     try:
         reader = await READERS.take()
         outcome = await reader.read((blob, max_parts, bounds), bounds)
@@ -96,9 +96,8 @@ async def read_bounded(blob: object, max_parts: int, bounds: Bounds) -> tuple[li
 @dataclass
 class _Reader:
     process: multiprocessing.process.BaseProcess
-    conn: object  # multiprocessing.connection.Connection, the parent's end
+    conn: multiprocessing.connection.Connection  # the parent's end
     reads: int = 0
-    ended: bool = False
 
     @classmethod
     def start(cls) -> _Reader:
@@ -111,18 +110,16 @@ class _Reader:
     async def read(self, job: tuple, bounds: Bounds) -> tuple | PluginError:
         """The child's answer to one PDF, or the PluginError of how it ended without one."""
         self.reads += 1
-        answered = False
         try:
             self.conn.send(job)  # a request's few fields: the pipe's buffer takes them at once
-            with anyio.move_on_after(bounds.wall_seconds):
+            with anyio.fail_after(bounds.wall_seconds):
                 await anyio.wait_readable(self.conn.fileno())  # the answer, or the end of file of its death
-                answered = True
-            if not answered:
-                self.stop(kill=True)
-                # The engine stopped waiting, and a busy machine, not the bytes, may be why.
-                return PluginError(503, "pdf_read_timeout", f"reading the PDF did not finish within "
-                                   f"{bounds.wall_seconds:g} s", retryable=True)
             outcome = self.conn.recv()
+        except TimeoutError:  # before OSError, of which it is a kind
+            self.stop(kill=True)
+            # The engine stopped waiting, and a busy machine, not the bytes, may be why.
+            return PluginError(503, "pdf_read_timeout", f"reading the PDF did not finish within "
+                               f"{bounds.wall_seconds:g} s", retryable=True)
         except (EOFError, OSError):  # the child ended without answering
             self.stop(kill=True)
             return _ended_without_answer(self.process.exitcode, bounds)
@@ -138,7 +135,10 @@ class _Reader:
             self.process.kill()
         self.conn.close()  # an idle reader ends on end of file
         self.process.join()
-        self.ended = True
+
+    @property
+    def ended(self) -> bool:
+        return self.conn.closed
 
 
 class _Readers:

@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from contentsvc.bench.tiny_pdf import make_pdf
@@ -155,3 +156,44 @@ def test_a_reader_ends_after_its_share_of_pdfs_and_another_reads_the_next(normal
         assert page_keys(normalizer(request_for(tmp_path, sample))) == ["title", "page-1", "page-2"]
     assert not Path(f"/proc/{first}").exists()  # it ended once it had read its share
     assert next_reader() != first
+
+
+def running_readers() -> set[int]:
+    """Every reader process there is: the children of the forkserver this process started."""
+    forkserver = next(child for child in psutil.Process().children()
+                      if "multiprocessing.forkserver" in " ".join(child.cmdline()))
+    return {child.pid for child in forkserver.children() if child.status() != psutil.STATUS_ZOMBIE}
+
+
+def test_no_reader_outlives_a_call_cancelled_while_its_reader_starts(normalizer, tmp_path):
+    # A call may be cancelled (the plugin server shutting down) while a thread starts its reader:
+    # asyncio's cancellation interrupts only the wait, the thread goes on and its reader is nobody's.
+    # That reader ends by itself: dropping it closes the parent's end of its pipe, which it reads as
+    # end of file. Cancelled after 0 to 19 ms, so that some land while the reader is forking.
+    async def cancelled_takes() -> None:
+        held = await READERS.take()  # none is idle now, so each take() below forks one
+        for delay_ms in range(20):
+            task = asyncio.create_task(READERS.take())
+            await asyncio.sleep(delay_ms / 1000)
+            task.cancel()
+            try:
+                started = await task
+            except asyncio.CancelledError:
+                started = None
+            # every reader still running is held by this call or by the task that finished
+            accounted = lambda: running_readers() <= {held.process.pid, started and started.process.pid}  # noqa: E731
+            deadline = time.monotonic() + 10
+            while not accounted() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert accounted()
+            if started is not None:
+                started.stop()
+        deadline = time.monotonic() + 10  # and once every thread has finished its start
+        while running_readers() - {held.process.pid} and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert running_readers() == {held.process.pid}
+        await READERS.give_back(held)
+
+    asyncio.run(cancelled_takes())
+    answer = normalizer(request_for(tmp_path, make_pdf(SAMPLE_PAGES, SAMPLE_TITLE)))
+    assert page_keys(answer) == ["title", "page-1", "page-2"]

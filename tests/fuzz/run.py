@@ -1,9 +1,12 @@
 """`make fuzz`: Schemathesis over the served OpenAPI document against a real server.
 
 Starts `contentsvc run` on a scratch database (on CONTENTSVC_TEST_DATABASE_URL's
-server, else an embedded PostgreSQL), creates a key holding every action
-(the operator's included), seeds a Corpus, a Record, a verified Blob and an
-Operation so that generated requests reach real resources, then runs
+server, else an embedded PostgreSQL), with a startup file that launches the fixture evaluator,
+names a loopback destination nobody listens on and enables the built-in `fixture` connector kind
+(nothing the run does leaves the machine). It creates a key holding every action (the operator's
+included), seeds a Corpus, a Record, a verified Blob, an Operation, a Saved Query, a Subscription
+with a Match and its Delivery, a Connector with a run and an instance token, so that generated
+requests reach real resources of part 1 and part 2, then runs
 Schemathesis with a fixed seed and a bounded number of cases per operation. Any server error or
 any answer the document does not describe fails the run (exit status 1).
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import base64
 import hashlib
 import json
 import os
@@ -28,8 +32,9 @@ from pathlib import Path
 import httpx
 import psycopg
 
+import contentsvc_plugins
 from contentsvc.auth import keys
-from contentsvc.processes.local_service import LocalService, create_database, drop_database
+from contentsvc.processes.local_service import LocalService, create_database, drop_database, free_port
 from contentsvc.storage.migrations import migrate
 
 SEED = 20260101
@@ -45,6 +50,23 @@ OPENAPI_PATH = "/schema/openapi.json"
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 # An idle change stream checkpoints every second, so a fuzzed stream ends after a few events.
 SERVER_ENV = {"CONTENTSVC_STREAM_CHECKPOINT_SECONDS": "1"}
+EVALUATOR_MANIFEST = Path(contentsvc_plugins.__file__).with_name("fixture_evaluator") / "contentsvc-plugin.json"
+DESTINATION = "hooks"
+
+
+def startup_file(folder: Path) -> Path:
+    """The fixture evaluator pinned and launched, a destination on a loopback port nobody listens on
+    (its deliveries fail and are retried, on this machine only) and the `fixture` connector kind,
+    which reads its items from its own configuration: no fuzzed request reaches another machine."""
+    config = folder / "contentsvc.toml"
+    secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    config.write_text(
+        f'[plugins.fixture-evaluator]\nendpoint = "http://127.0.0.1:{free_port()}"\nversion = "0.1.0"\n'
+        f'manifest = "{EVALUATOR_MANIFEST}"\nlaunch = "fixture-evaluator"\n\n'
+        f'[destinations.{DESTINATION}]\nurl = "http://127.0.0.1:{free_port()}/hooks"\nsecret = "{secret}"\n\n'
+        f'[connectors]\nfixture_enabled = true\n'
+        f'credential_key = "{base64.b64encode(os.urandom(32)).decode()}"\n')
+    return config
 
 
 def admin_database(scratch: Path) -> str:
@@ -65,9 +87,10 @@ def operator_key(database_url: str, org: str) -> str:
         return keys.create_key(conn, org, keys.parse_actions("*", operator=True), None, "fuzz").secret
 
 
-def seed(base_url: str, secret: str) -> dict[str, str]:
-    """A Corpus, a Record in it, a verified Blob and an Operation: real resources for the generated
-    requests. Returns their ids by the name the document gives the parameter that carries them."""
+def seed(base_url: str, secret: str) -> dict[str, list[str]]:
+    """Real resources for the generated requests, of every kind a path names by id. Returns their
+    ids by the name the document gives the parameter that carries them (`version_id` names the
+    Versions of a Record, a Saved Query and a Subscription alike)."""
     with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {secret}"}, timeout=30) as api:
         def call(method: str, path: str, **kwargs) -> dict:
             r = api.request(method, path, **kwargs)
@@ -99,10 +122,47 @@ def seed(base_url: str, secret: str) -> dict[str, str]:
         call("POST", f"/v0/uploads/{upload['upload_id']}/confirm")
         until(f"/v0/uploads/{upload['upload_id']}", lambda u: u["state"] in ("verified", "failed"), "upload")
         rebuild = call("POST", f"/v0/corpora/{SEEDED_CORPUS}/rebuilds", json={"idempotency_key": "fuzz-rebuild"})
+
+        saved_query = call("POST", "/v0/saved-queries", json={
+            "idempotency_key": "fuzz-saved-query", "name": "Fuzzed query", "corpus_ids": [SEEDED_CORPUS],
+            "expression": {"contains": "fuzzer"}})
+        subscription = call("POST", "/v0/subscriptions", json={
+            "idempotency_key": "fuzz-subscription", "name": "Fuzzed alerts",
+            "saved_query_version_id": saved_query["current_version_id"], "destination_id": DESTINATION,
+            "evaluator": {"plugin_id": "fixture-evaluator", "version": "0.1.0", "configuration": {}}})
+        # A Record ingested after the Subscription is evaluated for it: a Match, and its Delivery
+        call("POST", "/v0/records", json={
+            "idempotency_key": "fuzz-record-matching",
+            "source": {"corpus_id": SEEDED_CORPUS, "namespace": "fuzz", "record_key": "second"},
+            "content": {"kind": "text", "text": "Another record the fuzzer finds."}})
+        matches = until(f"/v0/matches?subscription_id={subscription['subscription_id']}",
+                        lambda m: m["items"] and m["items"][0]["deliveries"], "match")["items"]
+        connector = call("POST", "/v0/connectors", json={
+            "idempotency_key": "fuzz-connector", "corpus_id": SEEDED_CORPUS, "source_namespace": "fuzz-feed",
+            "kind": "fixture", "config": {"items": [{"record_key": "item-1", "revision": "1",
+                                                      "text": "An item of the fuzzed connector."}]},
+            "schedule": {"interval_seconds": 3600}})
+        runs = until(f"/v0/connectors/{connector['connector_id']}/runs", lambda r: r["items"], "connector run")["items"]
+        token = call("POST", f"/v0/connectors/{connector['connector_id']}/instance-tokens",
+                     json={"idempotency_key": "fuzz-token", "name": "fuzz"})
+        registrations = call("GET", "/v0/admin/plugins")["items"]  # the pinned evaluator, registered at start
+        plans = call("GET", "/v0/admin/plugins/plans")["items"]
         return {
-            "corpus_id": SEEDED_CORPUS, "record_id": receipt["record_id"], "version_id": receipt["version_id"],
-            "receipt_id": receipt["receipt_id"], "upload_id": upload["upload_id"], "blob_id": upload["blob_id"],
-            "operation_id": rebuild["operation_id"],
+            "corpus_id": [SEEDED_CORPUS], "record_id": [receipt["record_id"]], "receipt_id": [receipt["receipt_id"]],
+            "version_id": [receipt["version_id"], saved_query["current_version_id"],
+                           subscription["current_version_id"]],
+            "upload_id": [upload["upload_id"]], "blob_id": [upload["blob_id"]],
+            "operation_id": [rebuild["operation_id"]],
+            "saved_query_id": [saved_query["saved_query_id"]],
+            "saved_query_version_id": [saved_query["current_version_id"]],
+            "subscription_id": [subscription["subscription_id"]],
+            "destination_id": [DESTINATION],
+            "match_id": [matches[0]["match_id"]],
+            "delivery_id": [matches[0]["deliveries"][0]["delivery_id"]],
+            "connector_id": [connector["connector_id"]], "run_id": [runs[0]["run_id"]],
+            "token_id": [token["token_id"]],
+            "registration_id": [r["registration_id"] for r in registrations],
+            "plan_id": [plan["plan_id"] for plan in plans],
         }
 
 
@@ -111,16 +171,21 @@ SEEDED_PLACES = {
     "corpus_id": ["path.corpus_id", "query.corpus_id", "body.source.corpus_id", "body.corpus_ids[*]",
                   "body.entries[*].source.corpus_id"],
     **{name: [f"path.{name}"] for name in
-       ("record_id", "version_id", "receipt_id", "upload_id", "blob_id", "operation_id")},
+       ("record_id", "version_id", "receipt_id", "upload_id", "blob_id", "operation_id", "saved_query_id",
+        "match_id", "delivery_id", "connector_id", "run_id", "token_id", "registration_id")},
+    "saved_query_version_id": ["body.saved_query_version_id", "query.saved_query_version_id"],
+    "subscription_id": ["path.subscription_id", "query.subscription_id"],
+    "destination_id": ["body.destination_id"],
+    "plan_id": ["path.plan_id", "body.plan_id"],
 }
 SEEDED_SHARE = 0.5  # half the generated values of those places are the seeded ids, half are generated
 
 
-def write_config(path: Path, seeded: dict[str, str]) -> None:
+def write_config(path: Path, seeded: dict[str, list[str]]) -> None:
     """The static configuration, plus dictionaries that put the seeded ids where the document takes them."""
     lines = [CONFIG.read_text(), ""]
-    for name, value in seeded.items():
-        lines += [f"[dictionaries.{name}]", f"values = [{json.dumps(value)}]", ""]
+    for name, values in seeded.items():
+        lines += [f"[dictionaries.{name}]", f"values = {json.dumps(values)}", ""]
     lines.append("[parameters]")
     for name, places in SEEDED_PLACES.items():
         lines += [f'{json.dumps(place)} = {{ dictionary = "{name}", probability = {SEEDED_SHARE} }}'
@@ -189,7 +254,8 @@ def main() -> int:
     try:
         migrate(database_url)
         secret = operator_key(database_url, f"fuzz-{uuid.uuid4().hex[:8]}")
-        service = LocalService(database_url, scratch / "server.log", scratch / "home", SERVER_ENV)
+        service = LocalService(database_url, scratch / "server.log", scratch / "home",
+                               {**SERVER_ENV, "CONTENTSVC_CONFIG": str(startup_file(scratch))})
         write_config(scratch / "schemathesis.toml", seed(service.base_url, secret))
         status = schemathesis(service.base_url, secret, args, scratch / "schemathesis.toml",
                               scratch / "events.ndjson")

@@ -163,6 +163,9 @@ def seed(base_url: str, secret: str) -> dict[str, list[str]]:
             "token_id": [token["token_id"]],
             "registration_id": [r["registration_id"] for r in registrations],
             "plan_id": [plan["plan_id"] for plan in plans],
+            # what the deployment serves: connectors of this kind and Subscriptions of this evaluator
+            "connector_kind": ["fixture"], "evaluator_plugin_id": ["fixture-evaluator"],
+            "evaluator_version": ["0.1.0"],
         }
 
 
@@ -177,6 +180,9 @@ SEEDED_PLACES = {
     "subscription_id": ["path.subscription_id", "query.subscription_id"],
     "destination_id": ["body.destination_id"],
     "plan_id": ["path.plan_id", "body.plan_id"],
+    "connector_kind": ["body.kind"],
+    "evaluator_plugin_id": ["body.evaluator.plugin_id", "body.plugin_id"],
+    "evaluator_version": ["body.evaluator.version", "body.from_version"],
 }
 SEEDED_SHARE = 0.5  # half the generated values of those places are the seeded ids, half are generated
 

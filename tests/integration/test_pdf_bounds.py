@@ -159,10 +159,17 @@ def test_a_reader_ends_after_its_share_of_pdfs_and_another_reads_the_next(normal
 
 
 def running_readers() -> set[int]:
-    """Every reader process there is: the children of the forkserver this process started."""
-    forkserver = next(child for child in psutil.Process().children()
-                      if "multiprocessing.forkserver" in " ".join(child.cmdline()))
-    return {child.pid for child in forkserver.children() if child.status() != psutil.STATUS_ZOMBIE}
+    """Every reader process there is: the children of the forkserver this process started that
+    have not ended (a process may end while it is looked at: then it is not running)."""
+    def running(process: psutil.Process, started_by: str | None = None) -> bool:
+        try:
+            return process.status() != psutil.STATUS_ZOMBIE and (
+                started_by is None or started_by in " ".join(process.cmdline()))
+        except psutil.Error:
+            return False
+
+    forkserver = next(child for child in psutil.Process().children() if running(child, "multiprocessing.forkserver"))
+    return {child.pid for child in forkserver.children() if running(child)}
 
 
 def test_no_reader_outlives_a_call_cancelled_while_its_reader_starts(normalizer, tmp_path):

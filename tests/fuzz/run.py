@@ -28,6 +28,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 import psycopg
@@ -87,7 +88,7 @@ def operator_key(database_url: str, org: str) -> str:
         return keys.create_key(conn, org, keys.parse_actions("*", operator=True), None, "fuzz").secret
 
 
-def seed(base_url: str, secret: str) -> dict[str, list[str]]:
+def seed(base_url: str, secret: str) -> dict[str, list]:
     """Real resources for the generated requests, of every kind a path names by id. Returns their
     ids by the name the document gives the parameter that carries them (`version_id` names the
     Versions of a Record, a Saved Query and a Subscription alike)."""
@@ -121,6 +122,11 @@ def seed(base_url: str, secret: str) -> dict[str, list[str]]:
         httpx.put(upload["put_url"], content=content, headers=upload["put_headers"], timeout=30).raise_for_status()
         call("POST", f"/v0/uploads/{upload['upload_id']}/confirm")
         until(f"/v0/uploads/{upload['upload_id']}", lambda u: u["state"] in ("verified", "failed"), "upload")
+        # and one awaiting its bytes, whose presigned URL's expires and signature the fuzzer is given
+        waiting = call("POST", "/v0/uploads", json={"idempotency_key": "fuzz-upload-waiting",
+                                                   "media_type": "text/plain", "size_bytes": len(content),
+                                                   "sha256": hashlib.sha256(content).hexdigest()})
+        presigned = dict(parse_qsl(urlsplit(waiting["put_url"]).query))
         rebuild = call("POST", f"/v0/corpora/{SEEDED_CORPUS}/rebuilds", json={"idempotency_key": "fuzz-rebuild"})
 
         saved_query = call("POST", "/v0/saved-queries", json={
@@ -152,6 +158,8 @@ def seed(base_url: str, secret: str) -> dict[str, list[str]]:
             "version_id": [receipt["version_id"], saved_query["current_version_id"],
                            subscription["current_version_id"]],
             "upload_id": [upload["upload_id"]], "blob_id": [upload["blob_id"]],
+            "waiting_upload_id": [waiting["upload_id"]], "upload_expires": [int(presigned["expires"])],
+            "upload_signature": [presigned["signature"]], "upload_sha256": [hashlib.sha256(content).hexdigest()],
             "operation_id": [rebuild["operation_id"]],
             "saved_query_id": [saved_query["saved_query_id"]],
             "saved_query_version_id": [saved_query["current_version_id"]],
@@ -185,9 +193,14 @@ SEEDED_PLACES = {
     "evaluator_version": ["body.evaluator.version", "body.from_version"],
 }
 SEEDED_SHARE = 0.5  # half the generated values of those places are the seeded ids, half are generated
+# The presigned PUT of the upload awaiting its bytes: its id, its URL's expires and signature and
+# its digest, so that generated PUTs get past the signature to the checks of the bytes.
+PRESIGNED_PUT = "PUT /v0/uploads/{upload_id}/content"
+PRESIGNED_PLACES = {"waiting_upload_id": "path.upload_id", "upload_expires": "query.expires",
+                    "upload_signature": "query.signature", "upload_sha256": "header.x-content-sha256"}
 
 
-def write_config(path: Path, seeded: dict[str, list[str]]) -> None:
+def write_config(path: Path, seeded: dict[str, list]) -> None:
     """The static configuration, plus dictionaries that put the seeded ids where the document takes them."""
     lines = [CONFIG.read_text(), ""]
     for name, values in seeded.items():
@@ -196,6 +209,9 @@ def write_config(path: Path, seeded: dict[str, list[str]]) -> None:
     for name, places in SEEDED_PLACES.items():
         lines += [f'{json.dumps(place)} = {{ dictionary = "{name}", probability = {SEEDED_SHARE} }}'
                   for place in places]
+    lines += ["", "[[operations]]", f"include-name = {json.dumps(PRESIGNED_PUT)}", "[operations.parameters]"]
+    lines += [f'{json.dumps(place)} = {{ dictionary = "{name}", probability = {SEEDED_SHARE} }}'
+              for name, place in PRESIGNED_PLACES.items()]
     path.write_text("\n".join(lines) + "\n")
 
 

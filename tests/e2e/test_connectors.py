@@ -171,6 +171,24 @@ def test_the_fixture_kind_reads_its_items_in_pages_and_withdraws(deployment):
     until(lambda: len(hits(c, "lighthouse", corpus)) == 5 or None, "five fixture items searchable")
 
 
+def test_a_list_filter_outside_its_values_is_refused_and_an_empty_one_is_left_out(deployment):
+    # decisions.md Errors: a query fault is 422 invalid_input naming the parameter; the served
+    # document's enums (listConnectors enabled, listConnectorRuns and listMatches state) are the
+    # values a filter takes, never silently a filter that matches nothing or the opposite.
+    c = client(deployment, org())
+    connector = create(c, create_corpus(c), "fixture", {"items": []})
+    runs = f"/v0/connectors/{connector['connector_id']}/runs"
+    for path, params in (("/v0/connectors", {"enabled": "yes"}), (runs, {"state": "null"}),
+                         ("/v0/matches", {"state": "gone"})):
+        [name] = params
+        error = assert_error(c.get(path, params=params), 422, "invalid_input")
+        assert error["field"] == f"/{name}" and name in error["message"], error
+    # an empty value is the parameter left out (the document says so with allowEmptyValue)
+    listed = c.get("/v0/connectors", params={"enabled": "", "page_cursor": ""})
+    assert listed.status_code == 200 and [x["connector_id"] for x in listed.json()["items"]] == [connector["connector_id"]]
+    assert c.get(runs, params={"state": "succeeded"}).status_code == 200
+
+
 def test_management_answers_and_refusals(deployment, feeds):
     # decisions-part2 "Create, read, list" refusals in order, "Commands on a Connector", "Credentials"
     c = client(deployment, org())

@@ -120,13 +120,17 @@ def _parameters(op: Operation) -> list[dict[str, Any]]:
     if op.query is not None:
         schema = msgspec.json.schema(op.query)["$defs"][op.query.__name__]
         required = set(schema.get("required", ()))
-        params += [
-            {"name": name, "in": "query", "required": name in required, "schema": _not_null(prop)}
-            for name, prop in schema["properties"].items()
-        ]
+        params += [_query_parameter(name, name in required, _not_null(prop)) for name, prop in schema["properties"].items()]
     params += [{"name": name, "in": "header", "required": required, "schema": {"type": "string"}}
                for name, required in op.headers]
     return params
+
+
+def _query_parameter(name: str, required: bool, schema: dict) -> dict[str, Any]:
+    parameter = {"name": name, "in": "query", "required": required, "schema": schema}
+    if not required and schema.get("type") != "integer":
+        parameter["allowEmptyValue"] = True  # an empty value is the parameter left out (routes.parse_query)
+    return parameter
 
 
 def _not_null(schema: dict) -> dict:

@@ -27,7 +27,7 @@ from msgspec import inspect
 from contentsvc.api.http import authenticate, read_body
 from contentsvc.auth.principal import Principal
 from contentsvc.config import MAX_INGEST_BYTES, Settings
-from contentsvc.domain.decoding import decode_body
+from contentsvc.domain.decoding import decode_body, pointer_of
 from contentsvc.domain.errors import ApiError, invalid_input
 
 B = TypeVar("B")
@@ -133,7 +133,8 @@ def parse_query(request: Request, type_: type[Q], refusal: Callable[[], ApiError
     """The query Struct from the request's parameters, with the bounds its annotations declare.
 
     An empty string parameter is absent; an integer must parse and lie within
-    its bounds; a missing required one is refused. Faults are 422 invalid_input
+    its bounds; a string must be one the annotation allows (an enum's value, a
+    length); a missing required one is refused. Faults are 422 invalid_input
     naming the parameter as a pointer, unless the route gives its own refusal.
     """
     values: dict[str, Any] = {}
@@ -152,7 +153,13 @@ def parse_query(request: Request, type_: type[Q], refusal: Callable[[], ApiError
             if refusal is not None:
                 raise refusal() from None
             raise
-    return type_(**values)
+    try:
+        return msgspec.convert(values, type_)  # a Struct's constructor would not check its annotations
+    except msgspec.ValidationError as exc:
+        if refusal is not None:
+            raise refusal() from None
+        message, pointer = pointer_of(exc)
+        raise invalid_input(f"The query parameter {pointer[1:]}: {message}", pointer) from None
 
 
 @cache

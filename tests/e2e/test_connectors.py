@@ -185,7 +185,8 @@ def test_a_list_filter_outside_its_values_is_refused_and_an_empty_one_is_left_ou
         assert error["field"] == f"/{name}" and name in error["message"], error
     # an empty value is the parameter left out (the document says so with allowEmptyValue)
     listed = c.get("/v0/connectors", params={"enabled": "", "page_cursor": ""})
-    assert listed.status_code == 200 and [x["connector_id"] for x in listed.json()["items"]] == [connector["connector_id"]]
+    assert listed.status_code == 200
+    assert [x["connector_id"] for x in listed.json()["items"]] == [connector["connector_id"]]
     assert c.get(runs, params={"state": "succeeded"}).status_code == 200
 
 

@@ -120,7 +120,8 @@ def _parameters(op: Operation) -> list[dict[str, Any]]:
     if op.query is not None:
         schema = msgspec.json.schema(op.query)["$defs"][op.query.__name__]
         required = set(schema.get("required", ()))
-        params += [_query_parameter(name, name in required, _not_null(prop)) for name, prop in schema["properties"].items()]
+        params += [_query_parameter(name, name in required, _not_null(prop))
+                   for name, prop in schema["properties"].items()]
     params += [{"name": name, "in": "header", "required": required, "schema": {"type": "string"}}
                for name, required in op.headers]
     return params

@@ -238,7 +238,18 @@ def test_query_parameters_are_held_to_their_documented_bounds(doc, api):
             if param["required"]:
                 r = api.request(method, _fill(path), params={k: v for k, v in base.items() if k != name})
                 assert r.status_code == 422 and r.json()["field"] == f"/{name}", (op["operationId"], r.text)
-            if schema.get("type") != "integer":  # an enum (listMatches state) has no type of its own
+            if param.get("allowEmptyValue"):  # an empty value is the parameter left out
+                r = api.request(method, _fill(path), params={**base, name: ""})
+                assert r.json().get("code") != "invalid_input", (op["operationId"], name, r.text)
+            if "enum" in schema:  # each listed value is accepted, any other refused (decisions.md Bad input)
+                for value in schema["enum"]:
+                    r = api.request(method, _fill(path), params={**base, name: value})
+                    assert r.json().get("code") != "invalid_input", (op["operationId"], name, value, r.text)
+                r = api.request(method, _fill(path), params={**base, name: "not-a-listed-value"})
+                assert r.status_code == 422 and r.json()["code"] == "invalid_input", (op["operationId"], name, r.text)
+                assert r.json()["field"] == f"/{name}"
+                checked.append((op["operationId"], name))
+            if schema.get("type") != "integer":
                 continue
             for edge in (schema["minimum"], schema["maximum"]):  # documented: accepted
                 r = api.request(method, _fill(path), params={**base, name: edge})
@@ -248,8 +259,11 @@ def test_query_parameters_are_held_to_their_documented_bounds(doc, api):
                 assert r.status_code == 422, (op["operationId"], name, beyond, r.text)
                 assert r.json()["code"] == "invalid_input" and r.json()["field"] == f"/{name}"
             checked.append((op["operationId"], name))
-    assert sorted(checked) == [("listConnectorRuns", "limit"), ("listConnectors", "limit"), ("listCorpora", "limit"), ("listDeliveryAttempts", "limit"), ("listMatches", "limit"), ("listPlans", "limit"),
-                               ("listRecords", "limit"), ("listSubscriptions", "limit"), ("pollChanges", "limit")]
+    assert sorted(checked) == [("listConnectorRuns", "limit"), ("listConnectorRuns", "state"),
+                               ("listConnectors", "enabled"), ("listConnectors", "limit"), ("listCorpora", "limit"),
+                               ("listDeliveryAttempts", "limit"), ("listMatches", "limit"), ("listMatches", "state"),
+                               ("listPlans", "limit"), ("listRecords", "limit"), ("listSubscriptions", "limit"),
+                               ("pollChanges", "limit")]
 
 
 def test_options_on_every_documented_path_names_exactly_its_documented_methods(doc, server):

@@ -62,8 +62,9 @@ class SubscriptionCreate(Input, kw_only=True):
     saved_query_version_id: NonEmpty
     evaluator: EvaluatorPin
     destination_id: NonEmpty
-    # Checked by `check_owner` (422 invalid_owner), not here, so the contract's code answers.
-    owner: str | None = None
+    # Checked by `check_owner` (422 invalid_owner), not here, so the contract's code answers; the
+    # served document still states the length.
+    owner: Annotated[str, Meta(extra_json_schema={"minLength": 1, "maxLength": MAX_OWNER_CHARS})] | None = None
 
 
 class SubscriptionVersionCreate(Input, kw_only=True):

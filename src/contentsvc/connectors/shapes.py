@@ -24,6 +24,11 @@ def connector_disabled() -> ApiError:
     return ApiError(409, "connector_disabled", "The Connector is disabled; disabling is final in v0.")
 
 
+# An RFC 3339 date-time, as the served document says; one without an offset is taken as UTC.
+Instant = Annotated[datetime, Meta(extra_json_schema={
+    "format": "date-time", "description": "RFC 3339 date-time; without an offset it is UTC"})]
+
+
 class Schedule(Input, kw_only=True):
     interval_seconds: int
 
@@ -41,13 +46,13 @@ class PushPolicy(Input, kw_only=True):
 
 class CredentialDeposit(Input, kw_only=True):
     secret: dict[str, Any]
-    expires_at: datetime | None = None
+    expires_at: Instant | None = None
 
 
 class CredentialReplace(Input, kw_only=True):
     idempotency_key: NonEmpty
     secret: dict[str, Any]
-    expires_at: datetime | None = None
+    expires_at: Instant | None = None
 
 
 class ConnectorCreate(Input, kw_only=True):
@@ -142,7 +147,7 @@ class RunAccepted(Output, kw_only=True):
 class InstanceTokenCreate(Input, kw_only=True):
     idempotency_key: NonEmpty
     name: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
-    expires_at: datetime | None = None
+    expires_at: Instant | None = None
 
 
 class InstanceToken(Output, kw_only=True):

@@ -302,3 +302,19 @@ def test_extension_namespaces_are_exactly_the_documented_ones(doc, api):
     r = api.post("/v0/records", json=text_command(
         corpus, "ext-undocumented", "text", extensions={"undocumented": {"schema_version": "1", "data": {}}}))
     assert r.status_code == 422 and r.json()["field"] == "/extensions/undocumented", r.text
+
+
+def test_a_retrieval_field_source_pointer_is_documented_as_the_roots_the_service_takes(doc, api):
+    # part 1 Corpus retrieval mapping: a source_pointer is rooted at /manifest, /provenance or
+    # /extensions/{declared namespace}, else 422 invalid_mapping; the document's pattern says the same.
+    pattern = doc["components"]["schemas"]["FieldMapping"]["properties"]["source_pointer"]["pattern"]
+    pointers = ("/manifest", "/manifest/title", "/provenance/source_url", "/extensions/example/data/tags",
+                "/manifestx", "/extensions/undeclared/data", "/extensions", "manifest/title", "/links/0")
+    for n, pointer in enumerate(pointers):
+        field = {"name": "f", "source_pointer": pointer, "type": "string", "roles": ["search"]}
+        r = api.post("/v0/corpora", json={"idempotency_key": f"pointer-{n}", "corpus_id": f"pointer-{n}",
+                                          "name": "Pointers",
+                                          "retrieval": {"plugin_profile": "default", "fields": [field]}})
+        documented = re.search(pattern, pointer) is not None
+        assert (r.json().get("code") != "invalid_mapping") is documented, (pointer, r.text)
+        assert r.status_code in ((200, 201) if documented else (422,)), (pointer, r.text)

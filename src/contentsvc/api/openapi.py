@@ -8,6 +8,8 @@ decoding, not the contract's.
 
 from __future__ import annotations
 
+import re
+
 from typing import Any, Iterator
 
 import msgspec
@@ -86,6 +88,11 @@ def _declare_extension_namespaces(components: dict[str, dict]) -> None:
         member = schema.get("properties", {}).get("extensions", {})
         if open_map in member.get("anyOf", ()):
             member["anyOf"] = [declared if s == open_map else s for s in member["anyOf"]]
+    # A retrieval field reads from the manifest, the provenance or a declared namespace's
+    # extension (domain/retrieval.py; else 422 invalid_mapping).
+    namespaces = "|".join(re.escape(namespace) for namespace in INSTALLED_SCHEMA_VERSIONS)
+    components["FieldMapping"]["properties"]["source_pointer"]["pattern"] = (
+        f"^/(manifest|provenance|extensions/({namespaces}))(/.*)?$")
 
 
 def _operation(op: Operation) -> dict[str, Any]:

@@ -159,7 +159,11 @@ def parse_query(request: Request, type_: type[Q], refusal: Callable[[], ApiError
         if refusal is not None:
             raise refusal() from None
         message, pointer = pointer_of(exc)
-        raise invalid_input(f"The query parameter {pointer[1:]}: {message}", pointer) from None
+        name = pointer[1:]
+        kind = next((kind for member, kind in _query_members(type_) if member.encode_name == name), None)
+        if isinstance(kind, inspect.LiteralType):  # name the values it takes, as the document does
+            message = "must be one of " + ", ".join(map(str, sorted(kind.values)))
+        raise invalid_input(f"The query parameter {name}: {message}.", pointer) from None
 
 
 @cache

@@ -309,7 +309,8 @@ def test_a_retrieval_field_source_pointer_is_documented_as_the_roots_the_service
     # /extensions/{declared namespace}, else 422 invalid_mapping; the document's pattern says the same.
     pattern = doc["components"]["schemas"]["FieldMapping"]["properties"]["source_pointer"]["pattern"]
     pointers = ("/manifest", "/manifest/title", "/provenance/source_url", "/extensions/example/data/tags",
-                "/manifestx", "/extensions/undeclared/data", "/extensions", "manifest/title", "/links/0")
+                "/manifestx", "/extensions/undeclared/data", "/extensions", "manifest/title", "/links/0",
+                "x/extensions/example/data")
     for n, pointer in enumerate(pointers):
         field = {"name": "f", "source_pointer": pointer, "type": "string", "roles": ["search"]}
         r = api.post("/v0/corpora", json={"idempotency_key": f"pointer-{n}", "corpus_id": f"pointer-{n}",

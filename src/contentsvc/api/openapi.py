@@ -8,8 +8,6 @@ decoding, not the contract's.
 
 from __future__ import annotations
 
-import re
-
 from typing import Any, Iterator
 
 import msgspec
@@ -21,6 +19,7 @@ from contentsvc.api.routes import Operation, Stream, operation_of
 from contentsvc.config import Settings
 from contentsvc.domain.extensions import INSTALLED_SCHEMA_VERSIONS
 from contentsvc.domain.models import Error, Extension
+from contentsvc.domain.retrieval import SOURCE_POINTER_PATTERN
 
 REF = "#/components/schemas/{name}"
 
@@ -88,11 +87,8 @@ def _declare_extension_namespaces(components: dict[str, dict]) -> None:
         member = schema.get("properties", {}).get("extensions", {})
         if open_map in member.get("anyOf", ()):
             member["anyOf"] = [declared if s == open_map else s for s in member["anyOf"]]
-    # A retrieval field reads from the manifest, the provenance or a declared namespace's
-    # extension (domain/retrieval.py; else 422 invalid_mapping).
-    namespaces = "|".join(re.escape(namespace) for namespace in INSTALLED_SCHEMA_VERSIONS)
-    components["FieldMapping"]["properties"]["source_pointer"]["pattern"] = (
-        f"^/(manifest|provenance|extensions/({namespaces}))(/.*)?$")
+    # A retrieval field reads from the roots the check takes (else 422 invalid_mapping).
+    components["FieldMapping"]["properties"]["source_pointer"]["pattern"] = SOURCE_POINTER_PATTERN
 
 
 def _operation(op: Operation) -> dict[str, Any]:

@@ -8,6 +8,8 @@ configuration). The canonical source view of a Version exposes
 
 from __future__ import annotations
 
+import re
+
 from contentsvc.domain.models import RetrievalConfig
 from contentsvc.domain.errors import ApiError
 from contentsvc.domain.extensions import DECLARED_NAMESPACES
@@ -22,11 +24,15 @@ DEFAULT_FIELDS = [
 DEFAULT_RETRIEVAL = {"plugin_profile": "default", "fields": DEFAULT_FIELDS}
 
 
+# The roots a field may read from: the manifest, the provenance or a declared namespace's
+# extension. One expression for the check below and the served document's `pattern` (ECMA-262
+# and Python read it alike: `[\s\S]` is any character, newlines included, in both).
+_ROOTS = rf"/(manifest|provenance|extensions/({'|'.join(map(re.escape, DECLARED_NAMESPACES))}))(/[\s\S]*)?"
+SOURCE_POINTER_PATTERN = f"^{_ROOTS}$"
+
+
 def _pointer_root_ok(pointer: str) -> bool:
-    if pointer in ("/manifest", "/provenance") or pointer.startswith(("/manifest/", "/provenance/")):
-        return True
-    parts = pointer.split("/")
-    return len(parts) >= 3 and parts[1] == "extensions" and parts[2] in DECLARED_NAMESPACES
+    return re.fullmatch(_ROOTS, pointer) is not None
 
 
 def effective_retrieval(config: RetrievalConfig | None, field_prefix: str = "/retrieval") -> dict:

@@ -41,7 +41,7 @@ from contentsvc.processes.local_service import LocalService, create_database, dr
 from contentsvc.storage.migrations import migrate
 
 SEED = 20260101
-MAX_EXAMPLES = 30  # per operation and phase: about three and a half minutes on two shared cores
+MAX_EXAMPLES = 30  # per operation and phase: about a minute on two shared cores
 SEEDED_CORPUS = "fuzz-corpus"
 OPENAPI_PATH = "/schema/openapi.json"
 CONFIG = Path(__file__).with_name("schemathesis.toml")
@@ -201,13 +201,13 @@ def write_config(path: Path, seeded: dict[str, list]) -> None:
     lines = [CONFIG.read_text(), ""]
     for name, values in seeded.items():
         lines += [f"[dictionaries.{name}]", f"values = {json.dumps(values)}", ""]
+    def draw(place: str, name: str) -> str:
+        return f'{json.dumps(place)} = {{ dictionary = "{name}", probability = {SEEDED_SHARE} }}'
+
     lines.append("[parameters]")
-    for name, places in SEEDED_PLACES.items():
-        lines += [f'{json.dumps(place)} = {{ dictionary = "{name}", probability = {SEEDED_SHARE} }}'
-                  for place in places]
+    lines += [draw(place, name) for name, places in SEEDED_PLACES.items() for place in places]
     lines += ["", "[[operations]]", f"include-name = {json.dumps(PRESIGNED_PUT)}", "[operations.parameters]"]
-    lines += [f'{json.dumps(place)} = {{ dictionary = "{name}", probability = {SEEDED_SHARE} }}'
-              for name, place in PRESIGNED_PLACES.items()]
+    lines += [draw(place, name) for name, place in PRESIGNED_PLACES.items()]
     path.write_text("\n".join(lines) + "\n")
 
 

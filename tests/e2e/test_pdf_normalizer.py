@@ -24,7 +24,7 @@ from contentsvc.processes.local_service import free_port
 from tests.conftest import ServerProcess, client_for, create_corpus, key_for, wait_healthy, wait_resolved
 from tests.e2e.test_plugin_admin import PDF
 from tests.e2e.test_uploads import blob_command, verified_blob, version_of
-from tests.integration.test_pdf_bounds import long_report
+from tests.fixtures.plugins.make_pdf import long_report
 
 FIXTURE = PDF / "fixtures" / "inspection.pdf"
 

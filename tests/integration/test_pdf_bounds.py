@@ -6,7 +6,6 @@ decisions-part2 "pdf": damaged bytes give an answer or a terminal error; part 2:
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import os
 import signal
@@ -17,24 +16,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from contentsvc.bench.tiny_pdf import make_pdf
 from contentsvc_plugins.pdf.bounded import READERS, READS_PER_READER, Bounds, read_bounded
 from contentsvc_plugins.pdf.plugin import build
 from contentsvc_plugins.server import PluginError
-from tests.fixtures.plugins.make_pdf import SAMPLE_PAGES, SAMPLE_TITLE
-
-# Made when a test first asks, not at import: every test worker imports this module to collect it
-# (the two together took 0.45 s and 225 MiB there).
-@functools.cache
-def long_report() -> bytes:
-    """20,000 pages of text: several seconds of pypdf's CPU on any machine, a few MB on disk."""
-    return make_pdf([[f"page {n} of the long report", "more words on it"] for n in range(20_000)], "Long")
-
-
-@functools.cache
-def inflating() -> bytes:
-    """One page whose FlateDecode content stream inflates from 70 kB to 70 MB."""
-    return make_pdf([["A" * 70_000_000]], "Inflating", compress=True)
+from tests.fixtures.plugins.make_pdf import SAMPLE_PAGES, SAMPLE_TITLE, inflating, long_report, make_pdf
 
 
 @pytest.fixture(scope="module")

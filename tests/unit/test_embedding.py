@@ -140,6 +140,37 @@ def test_int8_keeps_the_float32_space():
     assert cosines.min() >= AGREEMENT["int8"], cosines.tolist()
 
 
+def test_int8_layers_compute_the_exact_integer_product_on_this_cpu():
+    """A text's vector must not depend on the machine that embeds it (part 1 vector spaces: the
+    engine owns the space). The int8 layers multiply uint8 activations by the weights
+    `quantize_columns` makes; on a CPU without VNNI onnxruntime adds pairs of those products in a
+    saturating int16, so weights of -127..127 came out wrong there (vectors at cosine 0.95 to
+    float32). With the weights' levels, the kernel of this CPU must give numpy's exact product for
+    the worst activations (255 beside 255, zero point 0) and for ordinary ones."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from contentsvc.search.minilm_graph import OPSET, encoder_session, quantize_columns
+
+    rng = np.random.default_rng(20261129)
+    weight = rng.uniform(-1, 1, size=(384, 96)).astype(np.float32)
+    weight[:16] = 1.0  # every column's largest weight, at the top level, sixteen rows long
+    weight[16:32, ::2] = -1.0
+    weight_q, _ = quantize_columns(weight)
+    activations = rng.integers(0, 256, size=(8, 384), dtype=np.uint8)
+    activations[0] = 255
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "w", "a_zero"], ["product"])], "int8_layer",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [None, 384]),
+         helper.make_tensor_value_info("a_zero", TensorProto.UINT8, [])],
+        [helper.make_tensor_value_info("product", TensorProto.INT32, [None, 96])],
+        [numpy_helper.from_array(weight_q, "w")]), opset_imports=[helper.make_opsetid("", OPSET)])
+    session = encoder_session(model.SerializeToString(), threads=1)
+    for zero in (0, 128):
+        (product,) = session.run(["product"], {"a": activations, "a_zero": np.array(zero, dtype=np.uint8)})
+        exact = (activations.astype(np.int64) - zero) @ weight_q.astype(np.int64)
+        assert np.array_equal(product, exact), f"zero point {zero}: {int(np.abs(product - exact).max())} off"
+
+
 def test_unknown_precision_is_refused():
     with pytest.raises(ValueError, match="precision"):
         MiniLMEmbedder(precision="int4")

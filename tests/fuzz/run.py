@@ -6,7 +6,9 @@ names a loopback destination nobody listens on and enables the built-in `fixture
 (nothing the run does leaves the machine). It creates a key holding every action (the operator's
 included), seeds a Corpus, a Record, a verified Blob, an Operation, a Saved Query, a Subscription
 with a Match and its Delivery, a Connector with a run and an instance token, so that generated
-requests reach real resources of part 1 and part 2, then runs
+requests reach real resources of part 1 and part 2 (and one more of those an operation deletes,
+disables, revokes or gives a new Version, for that operation alone, so that the first ones stay
+live), then runs
 Schemathesis with a fixed seed and a bounded number of cases per operation. Any server error or
 any answer the document does not describe fails the run (exit status 1).
 
@@ -147,6 +149,25 @@ def seed(base_url: str, secret: str) -> dict[str, list]:
         runs = until(f"/v0/connectors/{connector['connector_id']}/runs", lambda r: r["items"], "connector run")["items"]
         token = call("POST", f"/v0/connectors/{connector['connector_id']}/instance-tokens",
                      json={"idempotency_key": "fuzz-token", "name": "fuzz"})
+        # One more of each resource an operation can end (delete, disable, revoke), and a Saved Query
+        # to take new Versions: those operations are given these (ENDING_OPERATIONS), so that the
+        # others reach live resources, and the first Saved Query's Version stays current, all run long.
+        ending_query = call("POST", "/v0/saved-queries", json={
+            "idempotency_key": "fuzz-saved-query-ending", "name": "Fuzzed query to end",
+            "corpus_ids": [SEEDED_CORPUS], "expression": {"contains": "fuzzer"}})
+        revised_query = call("POST", "/v0/saved-queries", json={
+            "idempotency_key": "fuzz-saved-query-revised", "name": "Fuzzed query to revise",
+            "corpus_ids": [SEEDED_CORPUS], "expression": {"contains": "fuzzer"}})
+        ending_subscription = call("POST", "/v0/subscriptions", json={
+            "idempotency_key": "fuzz-subscription-ending", "name": "Fuzzed alerts to end",
+            "saved_query_version_id": ending_query["current_version_id"], "destination_id": DESTINATION,
+            "evaluator": {"plugin_id": "fixture-evaluator", "version": "0.1.0", "configuration": {}}})
+        ending_connector = call("POST", "/v0/connectors", json={
+            "idempotency_key": "fuzz-connector-ending", "corpus_id": SEEDED_CORPUS,
+            "source_namespace": "fuzz-feed-ending", "kind": "fixture", "config": {"items": []},
+            "schedule": {"interval_seconds": 3600}})
+        ending_token = call("POST", f"/v0/connectors/{connector['connector_id']}/instance-tokens",
+                            json={"idempotency_key": "fuzz-token-ending", "name": "fuzz to end"})
         registrations = call("GET", "/v0/admin/plugins")["items"]  # the pinned evaluator, registered at start
         plans = call("GET", "/v0/admin/plugins/plans")["items"]
         return {
@@ -170,6 +191,11 @@ def seed(base_url: str, secret: str) -> dict[str, list]:
             # what the deployment serves: connectors of this kind and Subscriptions of this evaluator
             "connector_kind": ["fixture"], "evaluator_plugin_id": ["fixture-evaluator"],
             "evaluator_version": ["0.1.0"],
+            "ending_saved_query_id": [ending_query["saved_query_id"]],
+            "revised_saved_query_id": [revised_query["saved_query_id"]],
+            "ending_subscription_id": [ending_subscription["subscription_id"]],
+            "ending_connector_id": [ending_connector["connector_id"]],
+            "ending_token_id": [ending_token["token_id"]],
         }
 
 
@@ -189,11 +215,25 @@ SEEDED_PLACES = {
     "evaluator_version": ["body.evaluator.version", "body.from_version"],
 }
 SEEDED_SHARE = 0.5  # half the generated values of those places are the seeded ids, half are generated
-# The presigned PUT of the upload awaiting its bytes: its id, its URL's expires and signature and
-# its digest, so that generated PUTs get past the signature to the checks of the bytes.
-PRESIGNED_PUT = "PUT /v0/uploads/{upload_id}/content"
-PRESIGNED_PLACES = {"waiting_upload_id": "path.upload_id", "upload_expires": "query.expires",
-                    "upload_signature": "query.signature", "upload_sha256": "header.x-content-sha256"}
+# The presigned PUT gets the upload awaiting its bytes (its id, its URL's expires and signature,
+# its digest) in place of the dictionaries above, so that generated PUTs get past the signature to
+# the checks of the bytes.
+PRESIGNED_PUT = {"PUT /v0/uploads/{upload_id}/content": {
+    "waiting_upload_id": "path.upload_id", "upload_expires": "query.expires",
+    "upload_signature": "query.signature", "upload_sha256": "header.x-content-sha256"}}
+# An operation that ends a resource, or makes a seeded Version no longer current, gets the seeded
+# one kept for it, and not the ids Schemathesis reads from earlier answers (the first seeded ones
+# among them).
+ENDING_OPERATIONS = {
+    "POST /v0/saved-queries/{saved_query_id}/delete": {"ending_saved_query_id": "path.saved_query_id"},
+    "POST /v0/saved-queries/{saved_query_id}/versions": {"revised_saved_query_id": "path.saved_query_id"},
+    "POST /v0/subscriptions/{subscription_id}/delete": {"ending_subscription_id": "path.subscription_id"},
+    "POST /v0/subscriptions/{subscription_id}/disable": {"ending_subscription_id": "path.subscription_id"},
+    "POST /v0/connectors/{connector_id}/disable": {"ending_connector_id": "path.connector_id"},
+    "POST /v0/connectors/{connector_id}/instance-tokens/{token_id}/revoke": {"ending_token_id": "path.token_id"},
+}
+NO_IDS_FROM_ANSWERS = [f"phases.{phase}.extra-data-sources.responses = false"
+                       for phase in ("examples", "coverage", "fuzzing")]
 
 
 def write_config(path: Path, seeded: dict[str, list]) -> None:
@@ -206,8 +246,10 @@ def write_config(path: Path, seeded: dict[str, list]) -> None:
 
     lines.append("[parameters]")
     lines += [draw(place, name) for name, places in SEEDED_PLACES.items() for place in places]
-    lines += ["", "[[operations]]", f"include-name = {json.dumps(PRESIGNED_PUT)}", "[operations.parameters]"]
-    lines += [draw(place, name) for name, place in PRESIGNED_PLACES.items()]
+    for operation, places in {**PRESIGNED_PUT, **ENDING_OPERATIONS}.items():
+        lines += ["", "[[operations]]", f"include-name = {json.dumps(operation)}"]
+        lines += NO_IDS_FROM_ANSWERS if operation in ENDING_OPERATIONS else []
+        lines += ["[operations.parameters]"] + [draw(place, name) for name, place in places.items()]
     path.write_text("\n".join(lines) + "\n")
 
 

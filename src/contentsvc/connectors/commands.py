@@ -305,16 +305,17 @@ async def request_run(conn: AsyncConnection, settings: Settings, p: Principal, c
         row = await _locked(conn, p, connector_id)
         if not row["enabled"]:
             raise connector_disabled()
-        run_id = new_id("run")
+        # The key records the run it is answered with: a queued one, else the one made here.
+        queued = await conn.execute("SELECT run_id FROM connector_runs WHERE connector_id = %s AND state = 'queued'",
+                                    (connector_id,))
+        existing = await queued.fetchone()
+        run_id = new_id("run") if existing is None else existing[0]
         prior = await idempotency.claim_one(conn, p.org_id, RUN, req.idempotency_key,
                                             request_digest(req, connector=connector_id), 202, "connector_run", run_id)
         if prior is not None:
             return await views.run_row(conn, connector_id, prior)
-        queued = await conn.execute("SELECT run_id FROM connector_runs WHERE connector_id = %s AND state = 'queued'",
-                                    (connector_id,))
-        existing = await queued.fetchone()
         if existing is not None:
-            return await views.run_row(conn, connector_id, existing[0])
+            return await views.run_row(conn, connector_id, run_id)
         now = await database_now(conn)
         floor = timedelta(seconds=settings.connectors.interval_floor_seconds)
         candidates = [now, row["retry_after_until"],

@@ -289,7 +289,7 @@ def count_cases(report: Path) -> tuple[int, int]:
             for case_id in (recorder.get("cases") or {}):
                 cases.add(case_id)
             for case_id, checks in (recorder.get("checks") or {}).items():
-                if any(c.get("status") == "FAILURE" for c in checks):
+                if any(c.get("status") == "failure" for c in checks):
                     failures.add(case_id)
     return len(cases), len(failures)
 

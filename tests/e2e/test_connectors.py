@@ -190,6 +190,27 @@ def test_a_list_filter_outside_its_values_is_refused_and_an_empty_one_is_left_ou
     assert c.get(runs, params={"state": "succeeded"}).status_code == 200
 
 
+def test_connectors_are_listed_page_by_page_under_a_kind_filter(deployment):
+    # decisions-part2 "Create, read, list": ascending id, the cursor bound to the filters (part 1
+    # rule 6: another filter is 409 cursor_scope_changed). A second page used to be a 500: the
+    # cursor could not carry the `kind` filter.
+    c = client(deployment, org())
+    corpus = create_corpus(c)
+    made = sorted(create(c, corpus, "fixture", {"items": []}, ns=f"feed-{n}")["connector_id"] for n in range(3))
+    listed, cursor = [], None
+    for _ in range(4):  # three pages of one, the last without a cursor
+        params = {"kind": "fixture", "limit": 1, **({"page_cursor": cursor} if cursor else {})}
+        page = c.get("/v0/connectors", params=params)
+        assert page.status_code == 200, page.text
+        listed += [x["connector_id"] for x in page.json()["items"]]
+        cursor = page.json().get("next_page_cursor")
+        if cursor is None:
+            break
+        moved = c.get("/v0/connectors", params={"kind": "rss", "limit": 1, "page_cursor": cursor})
+        assert_error(moved, 409, "cursor_scope_changed")
+    assert listed == made
+
+
 def test_management_answers_and_refusals(deployment, feeds):
     # decisions-part2 "Create, read, list" refusals in order, "Commands on a Connector", "Credentials"
     c = client(deployment, org())

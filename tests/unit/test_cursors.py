@@ -8,8 +8,9 @@ from hypothesis import given, strategies as st
 from contentsvc.domain.cursors import CursorCodec, InvalidCursor
 
 codec = CursorCodec(b"k" * 32)
-fields = st.fixed_dictionaries(
-    {"org": st.text(max_size=20), "corpus": st.text(max_size=20), "pos": st.integers(0, 2**62)}
+fields = st.fixed_dictionaries(  # `kind` as listConnectors binds its cursor to its kind filter
+    {"org": st.text(max_size=20), "corpus": st.text(max_size=20), "kind": st.text(max_size=20),
+     "pos": st.integers(0, 2**62)}
 )
 
 

@@ -47,7 +47,8 @@ class CursorCodec:
     def _tag(self, payload: bytes) -> bytes:
         return hmac.new(self._secret, payload, hashlib.sha256).digest()[:TAG_BYTES]
 
-    def encode(self, kind: str, **fields: Any) -> str:
+    def encode(self, kind: str, /, **fields: Any) -> str:
+        # kind is positional only: a listing's filters travel as fields, and one of them is `kind`
         payload = msgspec.json.encode({"k": kind, **fields}, order="sorted")
         return base64.urlsafe_b64encode(payload + self._tag(payload)).rstrip(b"=").decode()
 

@@ -101,14 +101,16 @@ def test_the_child_reports_the_readers_own_refusals_unchanged(normalizer, tmp_pa
 
 
 def test_each_pdf_gets_its_own_cpu_bound_in_a_reused_reader(normalizer, tmp_path):
-    # Ten PDFs of about 0.35 s of CPU each (here), all read by one reader bound to 1 s a PDF: over 3 s
-    # in all, so the time the earlier ones used does not count against the later ones.
-    pages = [[f"page {n} of the shorter report", "more words on it"] for n in range(1_000)]
+    # Ten PDFs of 0.15-0.5 s of CPU each (by the machine), all read by one reader bound to 1 s a PDF:
+    # more than 1 s in all, so the time the earlier ones used does not count against the later ones.
+    pages = [[f"page {n} of the shorter report", "more words on it"] for n in range(500)]
     reader = next_reader()
+    used_before = sum(psutil.Process(reader).cpu_times()[:2])
     for n in range(10):
         answer = normalizer(request_for(tmp_path, make_pdf(pages, f"Shorter {n}"), {"max_cpu_seconds": 1}))
         assert len(answer["manifest"]["parts"]) == 256  # the title and the pages up to max_parts
     assert next_reader() == reader
+    assert sum(psutil.Process(reader).cpu_times()[:2]) - used_before > 1  # what the test is about
 
 
 def test_a_reader_killed_from_outside_is_a_retryable_answer_and_an_idle_one_is_passed_over(normalizer, tmp_path):

@@ -104,6 +104,33 @@ def seed(base_url: str, secret: str) -> dict[str, list]:
                 time.sleep(0.1)
             return answer
 
+        content = b"fuzz upload"
+        digest = hashlib.sha256(content).hexdigest()
+
+        def upload(key: str) -> dict:
+            return call("POST", "/v0/uploads", json={"idempotency_key": key, "media_type": "text/plain",
+                                                    "size_bytes": len(content), "sha256": digest})
+
+        def saved_query(key: str, name: str) -> dict:
+            return call("POST", "/v0/saved-queries", json={
+                "idempotency_key": key, "name": name, "corpus_ids": [SEEDED_CORPUS],
+                "expression": {"contains": "fuzzer"}})
+
+        def subscription(key: str, name: str, query: dict) -> dict:
+            return call("POST", "/v0/subscriptions", json={
+                "idempotency_key": key, "name": name, "saved_query_version_id": query["current_version_id"],
+                "destination_id": DESTINATION,
+                "evaluator": {"plugin_id": "fixture-evaluator", "version": "0.1.0", "configuration": {}}})
+
+        def connector(key: str, namespace: str, items: list[dict]) -> dict:
+            return call("POST", "/v0/connectors", json={
+                "idempotency_key": key, "corpus_id": SEEDED_CORPUS, "source_namespace": namespace,
+                "kind": "fixture", "config": {"items": items}, "schedule": {"interval_seconds": 3600}})
+
+        def token(of: dict, key: str, name: str) -> dict:
+            return call("POST", f"/v0/connectors/{of['connector_id']}/instance-tokens",
+                        json={"idempotency_key": key, "name": name})
+
         call("POST", "/v0/corpora", json={"idempotency_key": "fuzz-corpus", "corpus_id": SEEDED_CORPUS,
                                          "name": "Fuzzed corpus"})
         receipt = call("POST", "/v0/records", json={
@@ -113,79 +140,54 @@ def seed(base_url: str, secret: str) -> dict[str, list]:
         })
         receipt = until(f"/v0/ingestion-receipts/{receipt['receipt_id']}", lambda r: r["state"] == "resolved",
                         "record")
-        content = b"fuzz upload"
-        upload = call("POST", "/v0/uploads", json={"idempotency_key": "fuzz-upload", "media_type": "text/plain",
-                                                  "size_bytes": len(content),
-                                                  "sha256": hashlib.sha256(content).hexdigest()})
-        httpx.put(upload["put_url"], content=content, headers=upload["put_headers"], timeout=30).raise_for_status()
-        call("POST", f"/v0/uploads/{upload['upload_id']}/confirm")
-        until(f"/v0/uploads/{upload['upload_id']}", lambda u: u["state"] in ("verified", "failed"), "upload")
+        verified = upload("fuzz-upload")
+        httpx.put(verified["put_url"], content=content, headers=verified["put_headers"],
+                  timeout=30).raise_for_status()
+        call("POST", f"/v0/uploads/{verified['upload_id']}/confirm")
+        until(f"/v0/uploads/{verified['upload_id']}", lambda u: u["state"] in ("verified", "failed"), "upload")
         # and one awaiting its bytes, whose presigned URL's expires and signature the fuzzer is given
-        waiting = call("POST", "/v0/uploads", json={"idempotency_key": "fuzz-upload-waiting",
-                                                   "media_type": "text/plain", "size_bytes": len(content),
-                                                   "sha256": hashlib.sha256(content).hexdigest()})
+        waiting = upload("fuzz-upload-waiting")
         presigned = dict(parse_qsl(urlsplit(waiting["put_url"]).query))
         rebuild = call("POST", f"/v0/corpora/{SEEDED_CORPUS}/rebuilds", json={"idempotency_key": "fuzz-rebuild"})
 
-        saved_query = call("POST", "/v0/saved-queries", json={
-            "idempotency_key": "fuzz-saved-query", "name": "Fuzzed query", "corpus_ids": [SEEDED_CORPUS],
-            "expression": {"contains": "fuzzer"}})
-        subscription = call("POST", "/v0/subscriptions", json={
-            "idempotency_key": "fuzz-subscription", "name": "Fuzzed alerts",
-            "saved_query_version_id": saved_query["current_version_id"], "destination_id": DESTINATION,
-            "evaluator": {"plugin_id": "fixture-evaluator", "version": "0.1.0", "configuration": {}}})
+        query = saved_query("fuzz-saved-query", "Fuzzed query")
+        alerts = subscription("fuzz-subscription", "Fuzzed alerts", query)
         # A Record ingested after the Subscription is evaluated for it: a Match, and its Delivery
         call("POST", "/v0/records", json={
             "idempotency_key": "fuzz-record-matching",
             "source": {"corpus_id": SEEDED_CORPUS, "namespace": "fuzz", "record_key": "second"},
             "content": {"kind": "text", "text": "Another record the fuzzer finds."}})
-        matches = until(f"/v0/matches?subscription_id={subscription['subscription_id']}",
+        matches = until(f"/v0/matches?subscription_id={alerts['subscription_id']}",
                         lambda m: m["items"] and m["items"][0]["deliveries"], "match")["items"]
-        connector = call("POST", "/v0/connectors", json={
-            "idempotency_key": "fuzz-connector", "corpus_id": SEEDED_CORPUS, "source_namespace": "fuzz-feed",
-            "kind": "fixture", "config": {"items": [{"record_key": "item-1", "revision": "1",
-                                                      "text": "An item of the fuzzed connector."}]},
-            "schedule": {"interval_seconds": 3600}})
-        runs = until(f"/v0/connectors/{connector['connector_id']}/runs", lambda r: r["items"], "connector run")["items"]
-        token = call("POST", f"/v0/connectors/{connector['connector_id']}/instance-tokens",
-                     json={"idempotency_key": "fuzz-token", "name": "fuzz"})
+        feed = connector("fuzz-connector", "fuzz-feed",
+                         [{"record_key": "item-1", "revision": "1", "text": "An item of the fuzzed connector."}])
+        runs = until(f"/v0/connectors/{feed['connector_id']}/runs", lambda r: r["items"], "connector run")["items"]
+        feed_token = token(feed, "fuzz-token", "fuzz")
         # One more of each resource an operation can end (delete, disable, revoke), and a Saved Query
         # to take new Versions: those operations are given these (ENDING_OPERATIONS), so that the
         # others reach live resources, and the first Saved Query's Version stays current, all run long.
-        ending_query = call("POST", "/v0/saved-queries", json={
-            "idempotency_key": "fuzz-saved-query-ending", "name": "Fuzzed query to end",
-            "corpus_ids": [SEEDED_CORPUS], "expression": {"contains": "fuzzer"}})
-        revised_query = call("POST", "/v0/saved-queries", json={
-            "idempotency_key": "fuzz-saved-query-revised", "name": "Fuzzed query to revise",
-            "corpus_ids": [SEEDED_CORPUS], "expression": {"contains": "fuzzer"}})
-        ending_subscription = call("POST", "/v0/subscriptions", json={
-            "idempotency_key": "fuzz-subscription-ending", "name": "Fuzzed alerts to end",
-            "saved_query_version_id": ending_query["current_version_id"], "destination_id": DESTINATION,
-            "evaluator": {"plugin_id": "fixture-evaluator", "version": "0.1.0", "configuration": {}}})
-        ending_connector = call("POST", "/v0/connectors", json={
-            "idempotency_key": "fuzz-connector-ending", "corpus_id": SEEDED_CORPUS,
-            "source_namespace": "fuzz-feed-ending", "kind": "fixture", "config": {"items": []},
-            "schedule": {"interval_seconds": 3600}})
-        ending_token = call("POST", f"/v0/connectors/{connector['connector_id']}/instance-tokens",
-                            json={"idempotency_key": "fuzz-token-ending", "name": "fuzz to end"})
+        ending_query = saved_query("fuzz-saved-query-ending", "Fuzzed query to end")
+        revised_query = saved_query("fuzz-saved-query-revised", "Fuzzed query to revise")
+        ending_subscription = subscription("fuzz-subscription-ending", "Fuzzed alerts to end", ending_query)
+        ending_connector = connector("fuzz-connector-ending", "fuzz-feed-ending", [])
+        ending_token = token(feed, "fuzz-token-ending", "fuzz to end")
         registrations = call("GET", "/v0/admin/plugins")["items"]  # the pinned evaluator, registered at start
         plans = call("GET", "/v0/admin/plugins/plans")["items"]
         return {
             "corpus_id": [SEEDED_CORPUS], "record_id": [receipt["record_id"]], "receipt_id": [receipt["receipt_id"]],
-            "version_id": [receipt["version_id"], saved_query["current_version_id"],
-                           subscription["current_version_id"]],
-            "upload_id": [upload["upload_id"]], "blob_id": [upload["blob_id"]],
+            "version_id": [receipt["version_id"], query["current_version_id"], alerts["current_version_id"]],
+            "upload_id": [verified["upload_id"]], "blob_id": [verified["blob_id"]],
             "waiting_upload_id": [waiting["upload_id"]], "upload_expires": [int(presigned["expires"])],
-            "upload_signature": [presigned["signature"]], "upload_sha256": [hashlib.sha256(content).hexdigest()],
+            "upload_signature": [presigned["signature"]], "upload_sha256": [digest],
             "operation_id": [rebuild["operation_id"]],
-            "saved_query_id": [saved_query["saved_query_id"]],
-            "saved_query_version_id": [saved_query["current_version_id"]],
-            "subscription_id": [subscription["subscription_id"]],
+            "saved_query_id": [query["saved_query_id"]],
+            "saved_query_version_id": [query["current_version_id"]],
+            "subscription_id": [alerts["subscription_id"]],
             "destination_id": [DESTINATION],
             "match_id": [matches[0]["match_id"]],
             "delivery_id": [matches[0]["deliveries"][0]["delivery_id"]],
-            "connector_id": [connector["connector_id"]], "run_id": [runs[0]["run_id"]],
-            "token_id": [token["token_id"]],
+            "connector_id": [feed["connector_id"]], "run_id": [runs[0]["run_id"]],
+            "token_id": [feed_token["token_id"]],
             "registration_id": [r["registration_id"] for r in registrations],
             "plan_id": [plan["plan_id"] for plan in plans],
             # what the deployment serves: connectors of this kind and Subscriptions of this evaluator

@@ -18,8 +18,9 @@ quantized per call (uint8 with its own scale and zero point). BERT's LayerNorm o
 few outlier channels (one reaches 28 where most stay under 2), which would leave the other
 channels a handful of levels; so each quantized layer's input is first divided per channel by
 s = sqrt(max |x| / max |w|) and its weight rows multiplied by s (``SMOOTHING_ALPHA`` is the
-exponent), which leaves the product unchanged and splits the range between the two (SmoothQuant, alpha 0.5). max |x| per channel is read once per process by
-running the float32 graph over a few fixed sentences (``CALIBRATION_TEXTS``). Kept in float32:
+exponent), which leaves the product unchanged and splits the range between the two
+(SmoothQuant, alpha 0.5). max |x| per channel is read once per process by running the float32
+graph over a few fixed sentences (``CALIBRATION_TEXTS``). Kept in float32:
 the feed-forward's second layer, whose input is the GELU output (quantizing it too put the
 worst cosine over 300 SciFact abstracts at 0.98), and the two attention products, which have no
 weights.

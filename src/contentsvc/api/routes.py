@@ -27,7 +27,7 @@ from msgspec import inspect
 from contentsvc.api.http import authenticate, read_body
 from contentsvc.auth.principal import Principal
 from contentsvc.config import MAX_INGEST_BYTES, Settings
-from contentsvc.domain.decoding import decode_body, pointer_of
+from contentsvc.domain.decoding import JSON_WHITESPACE, decode_body, pointer_of
 from contentsvc.domain.errors import ApiError, invalid_input
 
 B = TypeVar("B")
@@ -118,9 +118,6 @@ def operation(operation_id: str, method: str, path: str, **declared: Any):
         )(endpoint)
 
     return register
-
-
-JSON_WHITESPACE = b" \t\n\r"  # RFC 8259's four; bytes.strip() would take a vertical tab for nothing too
 
 
 async def _read_declared_body(request: Request, spec: Operation) -> Any:

@@ -158,6 +158,9 @@ def _json(raw: bytes, type_: Any = Any) -> Any:
         raise malformed("The body is not valid UTF-8.") from None
 
 
+JSON_WHITESPACE = b" \t\n\r"  # RFC 8259's four; bytes.strip() would strip a vertical tab too
+
+
 def decode_body(raw: bytes, type_: type[T], *, depth_checked: bool = False) -> T:
     """Decode raw JSON bytes into type_, raising the contract's errors. `depth_checked`:
     the bytes are part of a body whose nesting was already bounded (a batch entry)."""
@@ -167,7 +170,7 @@ def decode_body(raw: bytes, type_: type[T], *, depth_checked: bool = False) -> T
         at = nul_pointer(_json(raw), _deferred_members(type_))
         if at is not None:
             raise invalid_schema("Strings may not contain U+0000.", at)
-    if not raw.lstrip()[:1] == b"{":
+    if not raw.lstrip(JSON_WHITESPACE)[:1] == b"{":
         _json(raw)  # not JSON at all says so first
         raise malformed()  # JSON, but its top level is not an object
     try:

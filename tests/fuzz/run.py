@@ -43,7 +43,7 @@ from contentsvc.processes.local_service import LocalService, create_database, dr
 from contentsvc.storage.migrations import migrate
 
 SEED = 20260101
-MAX_EXAMPLES = 30  # per operation and phase: about a minute on two shared cores
+MAX_EXAMPLES = 30  # per operation and phase: one to two minutes on two shared cores
 SEEDED_CORPUS = "fuzz-corpus"
 OPENAPI_PATH = "/schema/openapi.json"
 CONFIG = Path(__file__).with_name("schemathesis.toml")

@@ -480,6 +480,20 @@ def test_each_push_is_audited_once_with_its_items_or_alone(deployment):
     assert with_items == 24
 
 
+def test_a_pushed_entry_missing_a_member_is_item_rejected(deployment):
+    # part 2 "Declared push route" rule 7: a refused item is 422 item_rejected, never a server error.
+    # The fixture kind reads record_key, revision and (unless withdrawn) text of each entry.
+    owner = org()
+    c = client(deployment, owner)
+    cid = fixture_push(c, create_corpus(c), "partial")["connector_id"]
+    pusher = client(deployment, owner, actions="connector:push")
+    api = f"/v0/connectors/{cid}/api/ingest_key"
+    assert_error(pusher.post(api, json={"items": [{"record_key": "no-text", "revision": "1"}]}), 422, "item_rejected")
+    assert_error(pusher.request("DELETE", api, json={"items": [{"revision": "1"}]}), 422, "item_rejected")
+    withdrawn = pusher.post(api, json={"items": [{"record_key": "gone", "revision": "1", "withdraw": True}]})
+    assert withdrawn.status_code == 202, withdrawn.text  # a withdrawal needs no text
+
+
 def msgspec_bytes(value) -> bytes:
     import json
     return json.dumps(value).encode()

@@ -177,6 +177,15 @@ def fixture_fetch(config: dict[str, Any], checkpoint: Any) -> dict[str, Any]:
             "checkpoint": {"offset": end}, "more": end < len(config["items"]), "reads": 1 if items else 0}
 
 
+def is_fixture_item(item: Any) -> bool:
+    """Whether fixture_item can read `item`: a pulled item always can (the kind's config schema
+    requires these members); a pushed one is any JSON, so it is asked first."""
+    if not isinstance(item, dict):
+        return False
+    needed = {"record_key", "revision"} if item.get("withdraw") else {"record_key", "revision", "text"}
+    return needed <= item.keys()
+
+
 def fixture_item(item: dict[str, Any], position: int) -> dict[str, Any]:
     if item.get("withdraw"):
         return {"record_key": item["record_key"], "revision": item["revision"], "withdraw": True,

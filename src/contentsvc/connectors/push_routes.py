@@ -32,7 +32,7 @@ from contentsvc.connectors import instance_tokens, push_store, views
 from contentsvc.connectors.commands import accept_items, connector_principal, family_of, item_commands
 from contentsvc.connectors.credentials import open_credential
 from contentsvc.connectors.kinds import ServedKind, served_kinds
-from contentsvc.connectors.pages import fixture_item
+from contentsvc.connectors.pages import fixture_item, is_fixture_item
 from contentsvc.connectors.push_ingests import PushedItems, PushIngests
 from contentsvc.connectors.push_guards import (
     MAX_BODY_BYTES,
@@ -210,9 +210,10 @@ def _fixture_receive(row: dict[str, Any], credential: dict | None, route_name: s
     if not isinstance(items, list):
         raise PluginVerdict(400, "application/json", b'{"code":"bad_request","message":"expected {items: [...]}",'
                                                      b'"retryable":false}')
-    withdraw = request.method == "DELETE"
-    return {"status": 200}, [fixture_item({**i, "withdraw": True} if withdraw else i, n) if isinstance(i, dict) else {}
-                             for n, i in enumerate(items)]
+    if request.method == "DELETE":
+        items = [{**i, "withdraw": True} if isinstance(i, dict) else i for i in items]
+    # An entry that is not a fixture item goes on as {}, which ingestion refuses: 422 item_rejected (rule 7).
+    return {"status": 200}, [fixture_item(i, n) if is_fixture_item(i) else {} for n, i in enumerate(items)]
 
 
 async def _ingest(pool, ingests: PushIngests, served: ServedKind, row: dict[str, Any], items: list[dict],

@@ -8,11 +8,12 @@ included), seeds a Corpus, a Record, a verified Blob, an Operation, a Saved Quer
 with a Match and its Delivery, a Connector with a run and an instance token, so that generated
 requests reach real resources of part 1 and part 2 (and one more of those an operation deletes,
 disables, revokes or gives a new Version, for that operation alone, so that the first ones stay
-live), then runs
+live); it also offers the fixture kind's push route paths, a credential its schema accepts and the
+pinned evaluator's manifest and endpoint as values. Then it runs
 Schemathesis with a fixed seed and a bounded number of cases per operation. Any server error or
 any answer the document does not describe fails the run (exit status 1).
 
-The checks and their exceptions are in tests/fuzz/schemathesis.toml.
+The checks and their exceptions are in tests/fuzz/schemathesis.toml, the body hooks in tests/fuzz/hooks.py.
 
 Usage: python tests/fuzz/run.py [--seed N] [--max-examples N] [--workers N] [--keep]
 """
@@ -47,6 +48,7 @@ MAX_EXAMPLES = 30  # per operation and phase: one to two minutes on two shared c
 SEEDED_CORPUS = "fuzz-corpus"
 OPENAPI_PATH = "/schema/openapi.json"
 CONFIG = Path(__file__).with_name("schemathesis.toml")
+HOOKS = Path(__file__).with_name("hooks.py")  # bodies of the shapes a Connector's kind declares
 # An idle change stream checkpoints every second, so a fuzzed stream ends after a few events.
 SERVER_ENV = {"CONTENTSVC_STREAM_CHECKPOINT_SECONDS": "1"}
 EVALUATOR_MANIFEST = Path(contentsvc_plugins.__file__).with_name("fixture_evaluator") / "contentsvc-plugin.json"
@@ -198,6 +200,14 @@ def seed(base_url: str, secret: str) -> dict[str, list]:
             "ending_subscription_id": [ending_subscription["subscription_id"]],
             "ending_connector_id": [ending_connector["connector_id"]],
             "ending_token_id": [ending_token["token_id"]],
+            # the fixture kind's declared push routes (one each: instance token, service key, signature)
+            # and a secret its credential schema accepts, so that those requests get past the
+            # route lookup and the schema to the code behind them
+            "push_route_path": ["ingest_key", "ingest", "signed"],
+            "credential_token": ["fuzz-credential"],
+            # the pinned evaluator's own manifest text and endpoint: a registration that can pass
+            "plugin_manifest": [EVALUATOR_MANIFEST.read_text()],
+            "plugin_endpoint": [r["endpoint"] for r in registrations],
         }
 
 
@@ -215,6 +225,10 @@ SEEDED_PLACES = {
     "connector_kind": ["body.kind"],
     "evaluator_plugin_id": ["body.evaluator.plugin_id", "body.plugin_id"],
     "evaluator_version": ["body.evaluator.version", "body.from_version"],
+    "push_route_path": ["path.path"],
+    "credential_token": ["body.secret.token"],
+    "plugin_manifest": ["body.manifest"],
+    "plugin_endpoint": ["body.endpoint"],
 }
 SEEDED_SHARE = 0.5  # half the generated values of those places are the seeded ids, half are generated
 # The presigned PUT gets the upload awaiting its bytes (its id, its URL's expires and signature,
@@ -273,7 +287,7 @@ def schemathesis(base_url: str, secret: str, args: argparse.Namespace, config: P
           flush=True)
     # Run in the scratch directory: Schemathesis keeps a cache beside it, which would carry one run's
     # findings into the next and make the fixed seed no longer decide the run.
-    return subprocess.run(command, cwd=report.parent).returncode
+    return subprocess.run(command, cwd=report.parent, env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)}).returncode
 
 
 def count_cases(report: Path) -> tuple[int, int]:

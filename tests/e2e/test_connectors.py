@@ -6,6 +6,7 @@ HTTP server the test controls (part 2 "Connector", "Connector management"; decis
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import time
@@ -158,6 +159,33 @@ def test_refusals_of_the_source_show_in_runs_and_health(deployment, feeds):
     assert run["error"]["code"] == "http_404" and run["error"]["error_class"] == "source"
     health = c.get(f"/v0/connectors/{missing['connector_id']}").json()["health"]
     assert health["state"] == "active" and health["last_error"]["code"] == "http_404"
+
+
+def test_an_item_holding_u0000_is_rejected_and_the_others_are_ingested(deployment, feeds):
+    # decisions-part2 "Runs": an item that is not a valid item counts in items_rejected and the run
+    # goes on. A JSON Feed may escape U+0000, which no stored text can hold (docs/decisions.md).
+    owner = org()
+    c = client(deployment, owner)
+    corpus = create_corpus(c)
+    feed = {"version": "https://jsonfeed.org/version/1.1", "title": "Harbour", "items": [
+        {"id": "clean", "content_text": "Cranes are back at the harbour."},
+        {"id": "nul-text", "content_text": "A text with a \u0000 in it."},
+        {"id": "nul-\u0000-id", "content_text": "An id with one."}]}
+    feeds.overrides["/feeds/nul.json"] = json.dumps(feed).encode()
+    try:
+        connector = create(c, corpus, "rss", {"url": f"{feeds.base_url}/feeds/nul.json"}, ns="nul")
+        [run] = finished_runs(c, connector["connector_id"], 1)
+    finally:
+        del feeds.overrides["/feeds/nul.json"]
+    # The rss plugin keys an id holding U+0000 by its sha256 (as one too long): that item is ingested.
+    assert (run["state"], run["receipts_created"], run["items_rejected"]) == ("succeeded", 2, 1), run
+    until(lambda: hits(c, "cranes", corpus) or None, "the clean item searchable")
+    # Pushed, the same is 422 item_rejected (part 2 "Declared push route" rule 7), not a storage error.
+    cid = fixture_push(c, corpus, "nul-push")["connector_id"]
+    pusher = client(deployment, owner, actions="connector:push")
+    for item in ({"record_key": "k", "revision": "1\u0000", "text": "a NUL in the revision"},
+                 {"record_key": "k", "revision": "1", "text": "a NUL \u0000 in the text"}):
+        assert_error(pusher.post(f"/v0/connectors/{cid}/api/ingest_key", json={"items": [item]}), 422, "item_rejected")
 
 
 def test_the_fixture_kind_reads_its_items_in_pages_and_withdraws(deployment):

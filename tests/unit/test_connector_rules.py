@@ -11,7 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from contentsvc.connectors.commands import item_commands
 from contentsvc.connectors.health import STATES, Facts, health_of, moved, state_of
+from contentsvc.connectors.kinds import FIXTURE_KIND, ServedKind
 from contentsvc.connectors.pages import RunFailure, check_page, fixture_fetch, item_command
 from contentsvc.connectors.push_guards import (
     MAX_RELAYED_HEADERS,
@@ -78,6 +80,24 @@ def test_a_fetch_answer_breaking_the_protocol_fails_the_run():
     assert failure.value.code == "checkpoint_not_advanced"
     with pytest.raises(RunFailure):
         check_page({"items": [item()] * 11, "checkpoint": 1}, None, 10, 1024)  # over the kind's max_items
+
+
+def test_a_fetch_answer_holding_u0000_where_it_is_stored_fails_the_run():
+    # docs/decisions.md: no stored text holds U+0000; the checkpoint, notice and push state are stored
+    for answer in ({"items": [], "checkpoint": {"seen": {"a\x00b": "1"}}},
+                   {"items": [], "checkpoint": 1, "notice": "\x00"},
+                   {"items": [], "checkpoint": 1, "push": {"state": "failed", "code": "x\x00"}}):
+        with pytest.raises(RunFailure) as failure:
+            check_page(answer, None, 10, 1024)
+        assert failure.value.code == "invalid_plugin_output", answer
+    # Diagnostics are only shown: left out, as oversized ones are. An item's U+0000 is its own refusal.
+    page = check_page({"items": [item(key="k\x00")], "checkpoint": 1, "diagnostics": {"d": "\x00"}}, None, 10, 1024)
+    assert page.diagnostics is None and len(page.items) == 1
+    connector = {"connector_id": "con_1", "corpus_id": "news", "source_namespace": "feed"}
+    commands = item_commands(ServedKind(FIXTURE_KIND, None), connector,
+                             [item(), item(key="k\x00"), item(content={"kind": "text", "text": "a \x00 b"})])
+    assert isinstance(commands[0], IngestCommand)
+    assert [(c.status, c.code) for c in commands[1:]] == [(422, "item_rejected")] * 2
 
 
 def test_not_due_keeps_the_checkpoint_and_bad_items_are_rejected_one_by_one():

@@ -38,6 +38,7 @@ from contentsvc.connectors.shapes import ConnectorCreate, connector_disabled, Cr
 from contentsvc.domain.canonical import request_digest
 from contentsvc.domain.clock import iso
 from contentsvc.domain.errors import ApiError, not_found
+from contentsvc.domain.decoding import nul_pointer
 from contentsvc.domain.models import IngestCommand, Part
 from contentsvc.ids import new_id
 from contentsvc.journal.events import NewEvent
@@ -357,7 +358,8 @@ def item_commands(served: ServedKind, row: dict[str, Any], items: list[dict[str,
     """Each item as the ingest or withdrawal command a client would send (keys
     `con:{connector_id}:{record_key}:{revision}`, so pulled and pushed items converge on one
     Receipt), with the Blob Parts of its uploaded attachments (`attached`, by item index). An item
-    that is not a valid item (or is listed in `invalid`) is 422 item_rejected."""
+    that is not a valid item (or is listed in `invalid`) is 422 item_rejected; so is one holding
+    U+0000 anywhere, which a client's ingest may not carry either (a JSON Feed can escape it)."""
     attached = attached or {}
     producer = served.plugin_id or PRODUCER
     version = served.provider.version if served.provider else None
@@ -367,6 +369,8 @@ def item_commands(served: ServedKind, row: dict[str, Any], items: list[dict[str,
         try:
             if n in invalid:
                 raise msgspec.ValidationError("the item breaks the fetch protocol")
+            if nul_pointer(item) is not None:
+                raise msgspec.ValidationError("PostgreSQL stores no U+0000")
             commands.append(item_command(row, producer, version, item, attached.get(n, [])))
         except (msgspec.ValidationError, KeyError, TypeError):
             commands.append(ApiError(422, "item_rejected", "The item is not a valid connector item."))

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from contentsvc.domain.decoding import nul_pointer
 from contentsvc.domain.models import (
     Content,
     Extension,
@@ -76,6 +77,10 @@ def check_page(answer: Any, previous_checkpoint: Any, max_items: int, max_checkp
         raise _invalid(f"items must be a list of at most {min(MAX_PAGE_ITEMS, max_items)}")
     if "checkpoint" not in answer:
         raise _invalid("the fetch answer has no checkpoint")
+    # Its checkpoint, notice and push state are stored as they are, and no stored text holds U+0000
+    # (an item holding it is only that item's refusal: item_commands).
+    if (at := nul_pointer(answer, skip=frozenset({"items", "diagnostics"}))) is not None:
+        raise _invalid(f"the fetch answer holds U+0000 at {at}")
     checkpoint = answer["checkpoint"]
     if len(msgspec.json.encode(checkpoint)) > max_checkpoint_bytes:
         raise RunFailure("checkpoint_too_large", f"the checkpoint exceeds {max_checkpoint_bytes} bytes serialized")
@@ -95,7 +100,8 @@ def check_page(answer: Any, previous_checkpoint: Any, max_items: int, max_checkp
     reads = answer.get("reads", 0)
     page.reads = reads if isinstance(reads, int) and reads >= 0 else 0
     diagnostics = answer.get("diagnostics")
-    if isinstance(diagnostics, dict) and len(msgspec.json.encode(diagnostics)) <= MAX_DIAGNOSTICS_BYTES:
+    if isinstance(diagnostics, dict) and len(msgspec.json.encode(diagnostics)) <= MAX_DIAGNOSTICS_BYTES \
+            and nul_pointer(diagnostics) is None:
         page.diagnostics = diagnostics
     if isinstance(answer.get("push"), dict):
         page.push = answer["push"]

@@ -68,6 +68,13 @@ SWEEP_SECONDS = 60.0  # expired push replays and fingerprints go this often
 BACKOFF_UNIT_SECONDS = 1.0
 
 
+def unusable_answer(run: dict[str, Any], exc: Exception) -> dict[str, Any]:
+    """The outcome of a run whose plugin answer passed the checks but its page could not be used."""
+    log.error("connector_run_error", run_id=run["run_id"], error=type(exc).__name__)
+    return {"state": "failed", "error": {"code": "invalid_plugin_output",
+                                         "message": f"the answer could not be used ({type(exc).__name__})"}}
+
+
 class ConnectorsWorker(Projector):
     name = "connectors"
     # Connectors created, changed or asked to run, and plan changes; schedules are polled.
@@ -301,12 +308,12 @@ class ConnectorsWorker(Projector):
         except sealed.Unreadable:
             outcome = {"state": "failed", "error": {"code": "credential_unreadable",
                                                     "message": "no configured key opens the deposited credential"}}
+        except psycopg.DataError as exc:  # a value of the answer the database cannot hold: the page's
+            outcome = unusable_answer(run, exc)  # transaction rolled back, and so would every retry's
         except psycopg.Error:
             raise  # the database: the run stays `running` and is queued again when the worker reconnects
         except Exception as exc:  # an answer the checks let through but the page could not use
-            log.error("connector_run_error", run_id=run["run_id"], error=type(exc).__name__)
-            outcome = {"state": "failed", "error": {"code": "invalid_plugin_output",
-                                                    "message": f"the answer could not be used ({type(exc).__name__})"}}
+            outcome = unusable_answer(run, exc)
         async with self._db:
             await self.finish(conn, run, outcome)
 

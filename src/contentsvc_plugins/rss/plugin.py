@@ -239,9 +239,11 @@ def _sha256(*values: str | None) -> str:
 
 
 def record_key(entry: Entry) -> str:
-    """decisions-part2 rss: guid/id, else link, else sha256(title + published)."""
+    """decisions-part2 rss: guid/id, else link, else sha256(title + published). A key the service
+    cannot take as it is (over 1024 characters, or holding U+0000, which a JSON Feed can escape)
+    is its sha256: it must also fit the checkpoint's `seen`, which is stored."""
     key = entry.guid or entry.link or hashlib.sha256((entry.title + (entry.published or "")).encode()).hexdigest()
-    return key if len(key) <= 1024 else hashlib.sha256(key.encode()).hexdigest()
+    return key if len(key) <= 1024 and "\x00" not in key else hashlib.sha256(key.encode()).hexdigest()
 
 
 def revision(entry: Entry) -> str:

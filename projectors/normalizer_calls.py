@@ -24,6 +24,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from contentsvc.domain.decoding import nul_pointer
 from contentsvc.domain.normalize import nfc
 from contentsvc.ids import new_id
 from contentsvc.plugins.client import PluginClient, PluginFailed, PluginUnreachable
@@ -255,6 +256,8 @@ def answer_problem(answer: dict[str, Any], provider: Provider) -> str | None:
     if error is not None:
         where = "/" + "/".join(str(step) for step in error.absolute_path)
         return f"the answer breaks the normalizer response at {where}: {error.message[:200]}"
+    if (at := nul_pointer(answer)) is not None:  # published, it would fail every later step of the fold
+        return f"the answer holds U+0000 at {at}, which no stored text can"
     keys: set[str] = set()
     for part in answer["manifest"]["parts"]:
         if part["content"]["kind"] != "text":

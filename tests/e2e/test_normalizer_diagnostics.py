@@ -138,6 +138,16 @@ def test_an_answer_breaking_the_rules_quarantines_the_version_as_normalizer_inva
     assert all(part["content"]["kind"] == "blob" for part in parts), parts
 
 
+def test_an_answer_holding_u0000_quarantines_the_version_and_holds_up_nothing_else(deployment):
+    # part1 Diagnostic: normalizer_invalid_output. Text holding U+0000 cannot be stored (docs/decisions.md
+    # "Normalizer plugins"): published, it would stop the materializer's fold for every Version after it.
+    receipt_id, _ = deployment.ingest_blob("nul", "a text the plugin ends with U+0000")
+    diagnostic = assert_quarantined_by(deployment, deployment.resolved(receipt_id), "normalizer_invalid_output", "nul")
+    assert "U+0000" in diagnostic["message"]
+    after, _ = deployment.ingest_blob("ok", "normalized after it")
+    assert deployment.resolved(after)["state"] == "resolved"
+
+
 def test_retryable_errors_until_the_budget_is_spent_quarantine_as_normalizer_retries_exhausted(deployment):
     # part1 Diagnostic: normalizer_retries_exhausted, after the manifest's retry.max_attempts (3)
     receipt_id, _ = deployment.ingest_blob("retryable", "always busy")

@@ -107,6 +107,24 @@ def test_the_misbehaving_test_normalizer_passes_on_its_ok_fixtures(tmp_path):
     assert sorted(c["fixture"] for c in by_id(report)["normalizer.fixture"]) == ["ok-text.json", "ok.json"]
 
 
+def test_a_normalizer_answer_holding_u0000_fails_its_fixture(tmp_path):
+    # decisions-part2 "Contract check": the check fails what the engine would quarantine as
+    # normalizer_invalid_output; no stored text holds U+0000 (docs/decisions.md)
+    folder = copy_plugin("misbehaving", tmp_path, TEST_PLUGINS)
+    (folder / "fixtures" / "nul.txt").write_text("nul\nharbour cranes\n")
+    (folder / "fixtures" / "nul.json").write_text(json.dumps(
+        {"input": {"path": "nul.txt", "media_type": "application/x-misbehave"}}))
+    plugin = PluginProcess("misbehaving", tmp_path, module="tests.fixtures.plugins.misbehaving.plugin")
+    try:
+        code, report = plugin_check(folder, plugin.base_url)
+    finally:
+        plugin.stop()
+    assert code == 1 and report["failed"] == 1, report
+    [failed] = [c for c in by_id(report)["normalizer.fixture"] if c["status"] == "fail"]
+    assert failed["fixture"] == "nul.json"
+    assert [(i["code"], i["path"]) for i in failed["issues"]] == [("schema_violation", "/manifest/parts/0/content/text")]
+
+
 def test_the_fixture_evaluator_passes_with_its_token_and_fails_without(evaluator_plugin):
     # decisions-part2: the check presents CONTENTSVC_PLUGIN_TOKEN; the plugin answers 401 without it
     code, report = plugin_check(PLUGINS / "fixture_evaluator", evaluator_plugin.base_url, token=TOKEN,

@@ -7,6 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from contentsvc.domain.decoding import nul_pointer
 from contentsvc.ids import new_id
 from contentsvc.plugins.client import PluginClient, PluginFailed, PluginUnreachable
 from contentsvc.plugins.contract_check.fixtures import Fixture
@@ -111,6 +112,8 @@ async def check_normalizer_fixture(run: Recorder, client: PluginClient, manifest
     issues = schema_issues(normalizer_response_schema(normalizer.max_parts, namespaces), answer, "schema_violation")
     if issues:
         return add(issues)
+    if (at := nul_pointer(answer)) is not None:  # the engine would quarantine it: normalizer_invalid_output
+        return add([Issue("schema_violation", "a string holds U+0000, which no stored text can", at)])
     parts = answer["manifest"]["parts"]
     issues += _part_issues(parts, request["input"])
     expect = document.get("expect", {})

@@ -73,8 +73,13 @@ def test_checked_decisions():
     [{"id": "e1", "decision": "maybe"}, {"id": "e2", "decision": "no_match"}],
     [{"id": "e1", "decision": "match", "evidence": {"explanation": "x", "details": {"d": "x" * 17000}}},
      {"id": "e2", "decision": "no_match"}],  # oversize details
+    [{"id": "e1", "decision": "match", "evidence": {"explanation": "a \x00 b"}},
+     {"id": "e2", "decision": "no_match"}],  # U+0000, which the Match's stored evidence cannot hold
+    [{"id": "e1", "decision": "match", "evidence": {"explanation": "x", "details": {"k\x00": 1}}},
+     {"id": "e2", "decision": "no_match"}],
 ])
 def test_invalid_output(decisions):
-    # decisions-part2: match without evidence, unknown part_keys, unknown or missing id, oversize
+    # decisions-part2: match without evidence, unknown part_keys, unknown or missing id, oversize;
+    # docs/decisions.md: no stored text holds U+0000
     with pytest.raises(InvalidOutput):
         check_answer({"decisions": decisions}, ["e1", "e2"], REQUEST_PARTS)

@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from contentsvc.domain.decoding import nul_pointer
+
 MAX_EVALUATIONS = 256  # part 2 Limits: evaluations per request, decisions per answer
 MAX_PART_KEYS = 100
 MAX_EXPLANATION_CHARS = 4096
@@ -123,7 +125,7 @@ def check_answer(answer: Any, ids: list[str], part_keys: set[str]) -> dict[str, 
     """The decisions by id, each `{decision, evidence?}`; InvalidOutput when the answer is not one:
     not `{decisions: [...]}`, an unknown, repeated or missing id, an unknown decision, `match`
     without evidence, an explanation outside 1..4096 code points, more than 100 part_keys or one
-    not in the request, details over 16 KiB or not an object."""
+    not in the request, details over 16 KiB or not an object, evidence holding U+0000."""
     decisions = answer.get("decisions") if isinstance(answer, dict) else None
     if not isinstance(decisions, list) or len(decisions) > MAX_EVALUATIONS:
         raise InvalidOutput("the answer has no decisions array of at most 256")
@@ -163,4 +165,6 @@ def _checked_evidence(evidence: Any, part_keys: set[str], n: int) -> dict[str, A
         raise InvalidOutput(f"{where}/details must be an object")
     if len(json.dumps(details, separators=(",", ":")).encode("utf-8")) > MAX_DETAILS_BYTES:
         raise InvalidOutput(f"{where}/details exceeds 16 KiB")
+    if (at := nul_pointer({"explanation": explanation, "details": details})) is not None:
+        raise InvalidOutput(f"{where}{at} holds U+0000, which no stored text can")
     return {"explanation": explanation, "part_keys": keys, "details": details}

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from contentsvc.connectors.commands import item_commands
 from contentsvc.connectors.health import STATES, Facts, health_of, moved, state_of
 from contentsvc.connectors.kinds import FIXTURE_KIND, ServedKind
+from contentsvc.connectors.push_routes import relayed_response
 from contentsvc.connectors.pages import RunFailure, check_page, fixture_fetch, item_command
 from contentsvc.connectors.push_guards import (
     MAX_RELAYED_HEADERS,
@@ -184,6 +185,20 @@ def test_relayed_headers_drop_credentials_and_hop_by_hop_and_keep_64():
     relayed = relayed_headers(headers)
     assert len(relayed) == MAX_RELAYED_HEADERS and list(relayed)[0] == "x-hub-signature-256"
     assert not {"authorization", "cookie", "proxy-foo", "connection"} & set(relayed)
+
+
+def test_a_plugins_relayed_response_is_sent_only_as_a_server_can_write_it():
+    # decisions-part2 receive response {response {status (2xx), headers, body_base64}}: what the API
+    # answers the source with; framing headers are the server's own, and an unwritable one is refused
+    # (_receive answers 503 plugin_unavailable) rather than failing inside the server.
+    assert relayed_response(None) == (200, {}, b"")
+    assert relayed_response({"status": 201, "headers": {"Content-Type": "text/plain", "Content-Length": "99",
+                                                        "X-Count": 3}, "body_base64": "aGk="}) == \
+        (201, {"content-type": "text/plain"}, b"hi")
+    assert relayed_response({"status": 500})[0] == 200
+    for unwritable in ([], {"headers": ["x-a"]}, {"headers": {"x-a": "1\r\nx-b: 2"}}, {"headers": {"x a": "1"}},
+                       {"headers": {"x-a": "\x00"}}, {"body_base64": "not base64!"}, {"body_base64": 7}):
+        assert relayed_response(unwritable) is None, unwritable
 
 
 def test_routes_resolve_by_template_and_method():

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import hashlib
 import hmac
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -174,7 +176,8 @@ async def _receive(settings, served: ServedKind, row: dict[str, Any], route_name
         raise PluginVerdict(answer.status_code, answer.headers.get("content-type", "application/octet-stream"),
                             answer.content)
     decoded = _json(answer.content)
-    if not isinstance(decoded, dict) or not isinstance(decoded.get("items", []), list):
+    if not isinstance(decoded, dict) or not isinstance(decoded.get("items", []), list) \
+            or relayed_response(decoded.get("response")) is None:
         raise _plugin_unavailable()
     return decoded.get("response") or {"status": 200}, decoded.get("items", [])
 
@@ -429,14 +432,36 @@ async def _deliver(pool, settings, served: ServedKind, row: dict[str, Any], rout
     return answer, receipts
 
 
+# A header an HTTP/1.1 server can write (RFC 9110): a token for its name, a value without CR, LF or NUL.
+_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE_BREAKS = re.compile(r"[\r\n\x00]")
+
+
+def relayed_response(response: Any) -> tuple[int, dict[str, str], bytes] | None:
+    """A plugin's `response` (a challenge's answer, the relay's reply) as the API sends it on: a 2xx
+    status kept (else 200), its headers as a relayed request's are (relayed_headers: no framing,
+    hop-by-hop or credential headers, which the server sets or must not echo) less values that are
+    not strings, the body decoded; None when it cannot be sent (not an object, a header no server
+    may write, a body that is not base64)."""
+    response = {"status": 200} if response is None else response
+    if not isinstance(response, dict) or not isinstance(response.get("headers") or {}, dict) \
+            or not isinstance(response.get("body_base64") or "", str):
+        return None
+    headers = relayed_headers([(str(k), v) for k, v in (response.get("headers") or {}).items() if isinstance(v, str)])
+    if not all(_FIELD_NAME.fullmatch(k) and not _FIELD_VALUE_BREAKS.search(v) for k, v in headers.items()):
+        return None
+    try:
+        body = base64.b64decode(response.get("body_base64") or "", validate=True)
+    except binascii.Error:
+        return None
+    status = response.get("status", 200) if isinstance(response.get("status"), int) else 200
+    return (status if 200 <= status < 300 else 200), headers, body
+
+
 def _plugin_answer(delivered: tuple[dict[str, Any], list[dict]]) -> Response:
-    """The plugin's own `response` (a challenge's answer, the relay's reply), a 2xx status kept."""
-    answer = delivered[0]
-    status = answer.get("status", 200) if isinstance(answer.get("status"), int) else 200
-    headers = {k: v for k, v in (answer.get("headers") or {}).items() if isinstance(v, str)}
-    body = base64.b64decode(answer.get("body_base64") or "")
-    return Response(body, status_code=status if 200 <= status < 300 else 200, headers=headers,
-                    media_type=headers.pop("content-type", "text/plain"))
+    """The plugin's own `response` (checked by _receive: relayed_response)."""
+    status, headers, body = relayed_response(delivered[0])
+    return Response(body, status_code=status, headers=headers, media_type=headers.pop("content-type", "text/plain"))
 
 
 async def _relay(call: Call, connector_id: str) -> Response:

@@ -128,6 +128,14 @@ def test_a_terminal_error_quarantines_the_version_as_normalizer_failed(deploymen
     assert "misbehave_failed" in diagnostic["message"]  # the plugin's own code is said
 
 
+def test_a_terminal_error_whose_message_holds_u0000_quarantines_the_version_too(deployment):
+    # docs/decisions.md: a plugin's error message is stored in the Version's diagnostic, and no stored
+    # text holds U+0000: it is kept with U+FFFD in its place, and the fold goes on
+    receipt_id, _ = deployment.ingest_blob("fail-nul", "never normalized either")
+    diagnostic = assert_quarantined_by(deployment, deployment.resolved(receipt_id), "normalizer_failed", "fail-nul")
+    assert "this input always fails\ufffd" in diagnostic["message"]
+
+
 def test_an_answer_breaking_the_rules_quarantines_the_version_as_normalizer_invalid_output(deployment):
     # part1 Diagnostic: normalizer_invalid_output (duplicate Part); nothing published
     receipt_id, _ = deployment.ingest_blob("invalid", "twice the same key")

@@ -67,6 +67,12 @@ class PluginCallError(Exception):
     """A call that did not give an answer to use."""
 
 
+def stored_words(text: str) -> str:
+    """A plugin's own words (an error's code and message, a build it names) as they may be stored:
+    they end up in diagnostics, check reports and last errors, and no stored text holds U+0000."""
+    return text.replace("\x00", "\ufffd")
+
+
 class PluginUnreachable(PluginCallError):
     """Connect failure, timeout, a non-2xx answer without the error body, or discovery naming another
     build: retried with backoff, and part 1's `plugin_unavailable` meanwhile. `cause` is a short code
@@ -74,6 +80,7 @@ class PluginUnreachable(PluginCallError):
     `identity_mismatch`, `digest_mismatch`, `invalid_response`)."""
 
     def __init__(self, cause: str, message: str, status: int | None = None):
+        message = stored_words(message)
         super().__init__(message)
         self.cause = cause
         self.message = message
@@ -85,6 +92,7 @@ class PluginFailed(PluginCallError):
 
     def __init__(self, status: int, code: str, message: str, retryable: bool, error_class: str | None = None,
                  retry_after_seconds: int | None = None):
+        code, message = stored_words(code), stored_words(message)
         super().__init__(f"{code}: {message}")
         self.status = status
         self.code = code

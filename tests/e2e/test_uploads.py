@@ -531,6 +531,24 @@ def test_undecodable_bytes_quarantine_the_version(api):
                                                           "media_type": "text/plain"}
 
 
+def test_a_text_blob_holding_u0000_quarantines_its_version_and_holds_up_nothing_else(api):
+    # Issue 5, docs/decisions.md Uploads: no stored text holds U+0000. Such a Blob's text once stopped
+    # the materializer's fold for every later Version; now its own Version is quarantined.
+    corpus = create_corpus(api, _cid())
+    utf16 = "cranes at the harbour".encode("utf-16-le")  # the usual cause: UTF-16 read as UTF-8
+    blob = verified_blob(api, utf16, "text/plain")
+    receipt = ingest_resolved(api, blob_command(corpus, "nul", blob["blob_id"], "text/plain"))
+    assert receipt["outcome"] == "created" and receipt["availability"]["state"] == "quarantined"
+    [diagnostic] = receipt["diagnostics"]
+    assert diagnostic["code"] == "normalizer_failed" and "U+0000" in diagnostic["message"]
+    # Declared as what it is, the same bytes are text.
+    declared = "text/plain; charset=utf-16-le"
+    blob = verified_blob(api, utf16, declared)
+    receipt = ingest_resolved(api, blob_command(corpus, "utf16", blob["blob_id"], declared))
+    assert receipt["availability"]["state"] != "quarantined", receipt
+    assert version_of(api, receipt)["manifest"]["parts"][0]["content"]["text"] == "cranes at the harbour"
+
+
 def test_large_streamed_text_blob_over_the_text_path_limit_is_quarantined(api):
     corpus = create_corpus(api, _cid())
     data = b"word " * (2 * 1024 * 1024) + b"!"  # 10 MiB + 1 byte, streamed in 1 MiB chunks

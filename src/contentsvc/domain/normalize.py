@@ -152,6 +152,13 @@ def blob_text(data: bytes, media_type: str) -> str:
             f"The Blob is not valid {charset} text: undecodable byte at offset {exc.start} "
             f"(declare its charset in the media type, e.g. 'text/plain; charset=iso-8859-1').",
         ) from None
+    if "\x00" in text:  # no stored text can hold it; a UTF-16 file read as UTF-8 is full of it
+        raise TextPathError(
+            "normalizer_failed",
+            f"The Blob's text holds U+0000 (character {text.index(chr(0))}), which no stored text can: it is "
+            f"binary, or text in another encoding than {charset} (declare its charset in the media type, e.g. "
+            "'text/plain; charset=utf-16').",
+        )
     if base == "text/html":
         text = html_to_text(text)
     text = nfc(text)

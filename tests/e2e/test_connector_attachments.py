@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import uuid
 
+import psycopg
 import pytest
 
 from tests.conftest import ServerProcess, client_for, create_corpus, key_for, until
@@ -32,12 +33,13 @@ def deployment(databases, tmp_path_factory):
     plugin.stop()
 
 
-def papers(deployment, items: list[dict]) -> tuple:
+def papers(deployment, items: list[dict], **config) -> tuple:
     server, url = deployment
     c = client_for(server, key_for(url, f"org_{uuid.uuid4().hex[:8]}"))
     corpus = create_corpus(c)
     r = c.post("/v0/connectors", json={"idempotency_key": uuid.uuid4().hex, "corpus_id": corpus,
-                                       "source_namespace": "papers", "kind": "papers", "config": {"items": items},
+                                       "source_namespace": "papers", "kind": "papers",
+                                       "config": {"items": items, **config},
                                        "schedule": {"interval_seconds": 3600}})
     assert r.status_code == 201, r.text
     return c, corpus, r.json()["connector_id"]
@@ -85,3 +87,19 @@ def test_bytes_other_than_the_described_ones_fail_the_run_as_attachment_changed(
     [run] = runs_ended(c, cid, 1)
     assert run["state"] == "failed" and run["error"]["code"] == "attachment_changed", run
     assert c.get(f"/v0/connectors/{cid}").json()["health"]["last_error"]["code"] == "attachment_changed"
+
+
+def test_a_retry_after_in_an_answer_or_an_error_defers_the_next_run_by_at_most_a_day(deployment):
+    # decisions-part2 fetch response: top level `retry_after_seconds` (integer >= 1) defers the next
+    # run; so does a connector error's. The service keeps at most a day of it (docs/decisions.md):
+    # a wait past an integer's range once failed the run's last update and left the run `running`.
+    _, url = deployment
+    waits = {}
+    for name, config in (("answer", {"retry_after_seconds": 600}), ("error", {"fail_retry_after_seconds": 10 ** 12})):
+        c, _, cid = papers(deployment, [{"record_key": "p3", "revision": "1", "text": "A paper"}], **config)
+        [run] = runs_ended(c, cid, 1)
+        assert run["state"] == ("succeeded" if name == "answer" else "failed"), run
+        with psycopg.connect(url) as conn:
+            waits[name] = conn.execute("SELECT extract(epoch FROM retry_after_until - now())"
+                                       " FROM connectors WHERE connector_id = %s", (cid,)).fetchone()[0]
+    assert 500 < waits["answer"] <= 600 and 86300 < waits["error"] <= 86400, waits

@@ -25,6 +25,7 @@ from contentsvc.domain.models import (
     TextContent,
     WithdrawalCommand,
 )
+from contentsvc.plugins.client import retry_after
 
 MAX_PAGE_ITEMS = 1000
 MAX_ATTACHMENTS = 64
@@ -105,8 +106,7 @@ def check_page(answer: Any, previous_checkpoint: Any, max_items: int, max_checkp
         page.diagnostics = diagnostics
     if isinstance(answer.get("push"), dict):
         page.push = answer["push"]
-    after = answer.get("retry_after_seconds")
-    page.retry_after_seconds = after if isinstance(after, int) and after >= 1 else None
+    page.retry_after_seconds = retry_after(answer.get("retry_after_seconds"))
     for n, item in enumerate(items):
         page.items.append(item if isinstance(item, dict) else {})
         if not _item_shape_ok(page.items[-1]):

@@ -298,6 +298,8 @@ class ConnectorsWorker(Projector):
                 async with self._db:
                     connector = await self.commit_page(conn, served, connector, run, page, attached)
                 checkpoint = page.checkpoint
+                if page.retry_after_seconds is not None:  # decisions-part2: defers the next run
+                    outcome["retry_after"] = page.retry_after_seconds
                 if page.notice is not None:
                     outcome["notice"] = page.notice
                     break

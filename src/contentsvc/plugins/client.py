@@ -38,6 +38,7 @@ DISCOVERY_TIMEOUT_SECONDS = 5.0
 BACKOFF_CAP_SECONDS = 60.0
 BACKOFF_JITTER = 0.1  # each delay x U(0.9, 1.1), as the delivery schedule's jitter
 MAX_ERROR_BODY_BYTES = 64 * 1024
+MAX_RETRY_AFTER_SECONDS = 86400
 
 
 @dataclass(frozen=True)
@@ -114,9 +115,16 @@ def plugin_error(status: int, body: object) -> PluginFailed | None:
     if not (isinstance(code, str) and code and isinstance(message, str) and isinstance(retryable, bool)):
         return None
     error_class = body.get("error_class") if isinstance(body.get("error_class"), str) else None
-    after = body.get("retry_after_seconds")
-    after = after if isinstance(after, int) and not isinstance(after, bool) and after >= 1 else None
-    return PluginFailed(status, code, message, retryable, error_class, after)
+    return PluginFailed(status, code, message, retryable, error_class, retry_after(body.get("retry_after_seconds")))
+
+
+def retry_after(value: object) -> int | None:
+    """A plugin's `retry_after_seconds` (an integer >= 1) as the service keeps it: at most a day, the
+    longest schedule interval (one past an integer's range failed the run's last update, and the run
+    stayed `running`); None when it is not one."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        return None
+    return min(value, MAX_RETRY_AFTER_SECONDS)
 
 
 def backoff_delay(attempt: int, unit: float) -> float:

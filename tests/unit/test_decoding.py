@@ -66,6 +66,32 @@ def test_nul_pointer_names_the_first_member_holding_it():
     assert nul_pointer({"fine": [1, 2, {"x": "y"}]}) is None
 
 
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _strings(v)
+
+
+_with_nul = st.recursive(
+    st.one_of(st.text(alphabet="a\x00\\u0", max_size=6), st.integers(), st.none()),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.text(alphabet="a\x00\\u0", max_size=6), inner, max_size=3)),
+    max_leaves=8)
+
+
+@given(_with_nul)
+def test_nul_pointer_finds_u0000_exactly_when_a_string_holds_it(value):
+    # decisions.md Bad input: U+0000 anywhere is refused; the encoded-bytes shortcut never hides one,
+    # and a literal backslash-u0000 in a string is not one
+    assert (nul_pointer(value) is not None) == any("\x00" in s for s in _strings(value))
+
+
 _tricky = st.text(alphabet='ab"\\[]{}\u00e9/', max_size=8)  # quotes, backslashes and brackets in strings
 _json_values = st.recursive(
     st.one_of(_tricky, st.integers(), st.none(), st.booleans()),

@@ -122,7 +122,8 @@ def test_a_normalizer_answer_holding_u0000_fails_its_fixture(tmp_path):
     assert code == 1 and report["failed"] == 1, report
     [failed] = [c for c in by_id(report)["normalizer.fixture"] if c["status"] == "fail"]
     assert failed["fixture"] == "nul.json"
-    assert [(i["code"], i["path"]) for i in failed["issues"]] == [("schema_violation", "/manifest/parts/0/content/text")]
+    issues = [(i["code"], i["path"]) for i in failed["issues"]]
+    assert issues == [("schema_violation", "/manifest/parts/0/content/text")]
 
 
 def test_the_fixture_evaluator_passes_with_its_token_and_fails_without(evaluator_plugin):

@@ -66,6 +66,7 @@ RATE_LIMITS = RateLimits()  # per API process (decisions-part2: N processes allo
 
 PUSH_BODY = Stream("application/json", "Any JSON, checked against the declared route's request_schema.")
 RELAY_BODY = Stream("*/*", "The source's request, relayed to the connector plugin as it came.")
+Relayed = tuple[int, dict[str, str], bytes]  # the answer a plugin gives the source: status, headers, body
 
 
 @dataclass
@@ -151,8 +152,8 @@ def _json_body(raw: bytes, route: PushRoute) -> Any:
 
 
 async def _receive(settings, served: ServedKind, row: dict[str, Any], route_name: str, request: Request,
-                   raw: bytes, route: PushRoute | None, timeout: float) -> tuple[dict[str, Any], list[dict]]:
-    """The plugin's (or the fixture kind's) answer to one relayed request: (response, items)."""
+                   raw: bytes, route: PushRoute | None, timeout: float) -> tuple[Relayed, list[dict]]:
+    """The plugin's (or the fixture kind's) answer to one relayed request: (its response, items)."""
     credential = open_credential(settings, row["connector_id"], row["credential_version"], row["credential"])
     if served.provider is None:
         return _fixture_receive(row, credential, route_name, route, request, raw)
@@ -176,10 +177,10 @@ async def _receive(settings, served: ServedKind, row: dict[str, Any], route_name
         raise PluginVerdict(answer.status_code, answer.headers.get("content-type", "application/octet-stream"),
                             answer.content)
     decoded = _json(answer.content)
-    if not isinstance(decoded, dict) or not isinstance(decoded.get("items", []), list) \
-            or relayed_response(decoded.get("response")) is None:
+    relayed = relayed_response(decoded.get("response")) if isinstance(decoded, dict) else None
+    if relayed is None or not isinstance(decoded.get("items", []), list):
         raise _plugin_unavailable()
-    return decoded.get("response") or {"status": 200}, decoded.get("items", [])
+    return relayed, decoded.get("items", [])
 
 
 def _json(raw: bytes) -> Any:
@@ -190,7 +191,7 @@ def _json(raw: bytes) -> Any:
 
 
 def _fixture_receive(row: dict[str, Any], credential: dict | None, route_name: str, route: PushRoute | None,
-                     request: Request, raw: bytes) -> tuple[dict[str, Any], list[dict]]:
+                     request: Request, raw: bytes) -> tuple[Relayed, list[dict]]:
     """The built-in fixture kind's side of a push: `signed` checks hex HMAC-SHA256(token, raw body);
     a GET challenge is answered with its `challenge` query parameter; DELETE withdraws the items."""
     error = row["config"].get("error")
@@ -199,9 +200,7 @@ def _fixture_receive(row: dict[str, Any], credential: dict | None, route_name: s
             raise _plugin_unavailable()
         raise ApiError(500, "push_failed", f"The fixture configuration fails every push ({error['code']}).")
     if request.method == "GET":
-        challenge = request.query_params.get("challenge", "")
-        return {"status": 200, "headers": {"content-type": "text/plain"},
-                "body_base64": base64.b64encode(challenge.encode()).decode()}, []
+        return (200, {"content-type": "text/plain"}, request.query_params.get("challenge", "").encode()), []
     if route is not None and route.auth == "signature":
         token = (credential or {}).get("token", "")
         expected = hmac.new(token.encode(), raw, hashlib.sha256).hexdigest()
@@ -216,7 +215,7 @@ def _fixture_receive(row: dict[str, Any], credential: dict | None, route_name: s
     if request.method == "DELETE":
         items = [{**i, "withdraw": True} if isinstance(i, dict) else i for i in items]
     # An entry that is not a fixture item goes on as {}, which ingestion refuses: 422 item_rejected (rule 7).
-    return {"status": 200}, [fixture_item(i, n) if is_fixture_item(i) else {} for n, i in enumerate(items)]
+    return (200, {}, b""), [fixture_item(i, n) if is_fixture_item(i) else {} for n, i in enumerate(items)]
 
 
 async def _ingest(pool, ingests: PushIngests, served: ServedKind, row: dict[str, Any], items: list[dict],
@@ -419,7 +418,7 @@ async def _bounded(coroutine):
 
 
 async def _deliver(pool, settings, served: ServedKind, row: dict[str, Any], route: PushRoute | None,
-                   request: Request, raw: bytes, attempt: Attempt | None = None) -> tuple[dict[str, Any], list[dict]]:
+                   request: Request, raw: bytes, attempt: Attempt | None = None) -> tuple[Relayed, list[dict]]:
     """The plugin's answer to the request (`route` None: the relay) and the Receipts of its items
     (`attempt`: recorded as received with them when they are all accepted)."""
     try:
@@ -437,7 +436,7 @@ _FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _FIELD_VALUE_BREAKS = re.compile(r"[\r\n\x00]")
 
 
-def relayed_response(response: Any) -> tuple[int, dict[str, str], bytes] | None:
+def relayed_response(response: Any) -> Relayed | None:
     """A plugin's `response` (a challenge's answer, the relay's reply) as the API sends it on: a 2xx
     status kept (else 200), its headers as a relayed request's are (relayed_headers: no framing,
     hop-by-hop or credential headers, which the server sets or must not echo) less values that are
@@ -458,10 +457,11 @@ def relayed_response(response: Any) -> tuple[int, dict[str, str], bytes] | None:
     return (status if 200 <= status < 300 else 200), headers, body
 
 
-def _plugin_answer(delivered: tuple[dict[str, Any], list[dict]]) -> Response:
-    """The plugin's own `response` (checked by _receive: relayed_response)."""
-    status, headers, body = relayed_response(delivered[0])
-    return Response(body, status_code=status, headers=headers, media_type=headers.pop("content-type", "text/plain"))
+def _plugin_answer(delivered: tuple[Relayed, list[dict]]) -> Response:
+    """The plugin's own `response`, as _receive checked it."""
+    status, headers, body = delivered[0]
+    return Response(body, status_code=status, headers={k: v for k, v in headers.items() if k != "content-type"},
+                    media_type=headers.get("content-type", "text/plain"))
 
 
 async def _relay(call: Call, connector_id: str) -> Response:

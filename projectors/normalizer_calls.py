@@ -30,6 +30,7 @@ from contentsvc.ids import new_id
 from contentsvc.plugins.client import PluginClient, PluginFailed, PluginUnreachable
 from contentsvc.plugins.contract_check.normalizer import normalizer_response_schema
 from contentsvc.plugins.plans import Provider
+from contentsvc.storage.text import storable
 
 MAX_NORMALIZER_ATTEMPTS = 5  # part 1: the manifest's retry.max_attempts, capped at 5
 NORMALIZER_CODES_WITH_FALLBACK = frozenset({"normalizer_failed", "normalizer_invalid_output", "normalizer_timeout",
@@ -257,7 +258,7 @@ def answer_problem(answer: dict[str, Any], provider: Provider) -> str | None:
         where = "/" + "/".join(str(step) for step in error.absolute_path)
         return f"the answer breaks the normalizer response at {where}: {error.message[:200]}"
     if (at := nul_pointer(answer)) is not None:  # published, it would fail every later step of the fold
-        return f"the answer holds U+0000 at {at}, which no stored text can"
+        return f"the answer holds U+0000 at {storable(at)}, which no stored text can"
     keys: set[str] = set()
     for part in answer["manifest"]["parts"]:
         if part["content"]["kind"] != "text":

@@ -91,6 +91,10 @@ def test_a_fetch_answer_holding_u0000_where_it_is_stored_fails_the_run():
         with pytest.raises(RunFailure) as failure:
             check_page(answer, None, 10, 1024)
         assert failure.value.code == "invalid_plugin_output", answer
+    # A member whose name holds it: the run's stored error names it with U+FFFD.
+    with pytest.raises(RunFailure) as failure:
+        check_page({"items": [], "checkpoint": {"k\x00": 1}}, None, 10, 1024)
+    assert "\x00" not in failure.value.message and "/checkpoint/k\ufffd" in failure.value.message
     # Diagnostics are only shown: left out, as oversized ones are. An item's U+0000 is its own refusal.
     page = check_page({"items": [item(key="k\x00")], "checkpoint": 1, "diagnostics": {"d": "\x00"}}, None, 10, 1024)
     assert page.diagnostics is None and len(page.items) == 1

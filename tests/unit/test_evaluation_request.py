@@ -80,6 +80,7 @@ def test_checked_decisions():
 ])
 def test_invalid_output(decisions):
     # decisions-part2: match without evidence, unknown part_keys, unknown or missing id, oversize;
-    # docs/decisions.md: no stored text holds U+0000
-    with pytest.raises(InvalidOutput):
+    # docs/decisions.md: no stored text holds U+0000, the refusal's own words included
+    with pytest.raises(InvalidOutput) as refusal:
         check_answer({"decisions": decisions}, ["e1", "e2"], REQUEST_PARTS)
+    assert "\x00" not in str(refusal.value)

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contentsvc.plugins.client import PluginClients, PluginTarget, backoff_delay, plugin_error
+from contentsvc.plugins.contract_check.report import Issue, Recorder
 
 units = st.floats(min_value=0.0, max_value=1.0)
 
@@ -72,3 +73,12 @@ def test_one_kept_client_per_pinned_target():
     asyncio.run(clients.aclose())
     assert first.http.is_closed and other.http.is_closed
     assert clients.client(target) is not first  # closed clients are not handed out again
+
+
+def test_a_plugins_words_and_the_reports_quoting_them_are_storable():
+    # docs/decisions.md Plugins: no stored text holds U+0000; an error's words, a retry_after past a day
+    error = plugin_error(503, {"code": "busy\x00", "message": "down\x00", "retryable": True,
+                               "retry_after_seconds": 10 ** 12})
+    assert (error.code, error.message, error.retry_after_seconds) == ("busy\ufffd", "down\ufffd", 86400)
+    check = Recorder().add("health.ok", [Issue("x", "quotes a\x00", "/member\x00")])
+    assert [(i.message, i.path) for i in check.issues] == [("quotes a\ufffd", "/member\ufffd")]

@@ -26,6 +26,7 @@ from contentsvc.domain.models import (
     WithdrawalCommand,
 )
 from contentsvc.plugins.client import retry_after
+from contentsvc.storage.text import storable
 
 MAX_PAGE_ITEMS = 1000
 MAX_ATTACHMENTS = 64
@@ -81,7 +82,7 @@ def check_page(answer: Any, previous_checkpoint: Any, max_items: int, max_checkp
     # Its checkpoint, notice and push state are stored as they are, and no stored text holds U+0000
     # (an item holding it is only that item's refusal: item_commands).
     if (at := nul_pointer(answer, skip=frozenset({"items", "diagnostics"}))) is not None:
-        raise _invalid(f"the fetch answer holds U+0000 at {at}")
+        raise _invalid(f"the fetch answer holds U+0000 at {storable(at)}")
     checkpoint = answer["checkpoint"]
     if len(msgspec.json.encode(checkpoint)) > max_checkpoint_bytes:
         raise RunFailure("checkpoint_too_large", f"the checkpoint exceeds {max_checkpoint_bytes} bytes serialized")

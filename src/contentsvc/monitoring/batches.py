@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contentsvc.domain.decoding import nul_pointer
+from contentsvc.storage.text import storable
 
 MAX_EVALUATIONS = 256  # part 2 Limits: evaluations per request, decisions per answer
 MAX_PART_KEYS = 100
@@ -166,5 +167,5 @@ def _checked_evidence(evidence: Any, part_keys: set[str], n: int) -> dict[str, A
     if len(json.dumps(details, separators=(",", ":")).encode("utf-8")) > MAX_DETAILS_BYTES:
         raise InvalidOutput(f"{where}/details exceeds 16 KiB")
     if (at := nul_pointer({"explanation": explanation, "details": details})) is not None:
-        raise InvalidOutput(f"{where}{at} holds U+0000, which no stored text can")
+        raise InvalidOutput(f"{where}{storable(at)} holds U+0000, which no stored text can")
     return {"explanation": explanation, "part_keys": keys, "details": details}

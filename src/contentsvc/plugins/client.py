@@ -30,6 +30,7 @@ from contentsvc import __version__
 from contentsvc.ids import new_id
 from contentsvc.logging import get_logger
 from contentsvc.outbound_http import outbound_client
+from contentsvc.storage.text import storable
 
 log = get_logger("contentsvc.plugins.client")
 
@@ -68,12 +69,6 @@ class PluginCallError(Exception):
     """A call that did not give an answer to use."""
 
 
-def stored_words(text: str) -> str:
-    """A plugin's own words (an error's code and message, a build it names) as they may be stored:
-    they end up in diagnostics, check reports and last errors, and no stored text holds U+0000."""
-    return text.replace("\x00", "\ufffd")
-
-
 class PluginUnreachable(PluginCallError):
     """Connect failure, timeout, a non-2xx answer without the error body, or discovery naming another
     build: retried with backoff, and part 1's `plugin_unavailable` meanwhile. `cause` is a short code
@@ -81,7 +76,7 @@ class PluginUnreachable(PluginCallError):
     `identity_mismatch`, `digest_mismatch`, `invalid_response`)."""
 
     def __init__(self, cause: str, message: str, status: int | None = None):
-        message = stored_words(message)
+        message = storable(message)  # a plugin's words, stored in diagnostics
         super().__init__(message)
         self.cause = cause
         self.message = message
@@ -93,7 +88,7 @@ class PluginFailed(PluginCallError):
 
     def __init__(self, status: int, code: str, message: str, retryable: bool, error_class: str | None = None,
                  retry_after_seconds: int | None = None):
-        code, message = stored_words(code), stored_words(message)
+        code, message = storable(code), storable(message)  # stored in diagnostics, last errors
         super().__init__(f"{code}: {message}")
         self.status = status
         self.code = code
@@ -199,11 +194,12 @@ class PluginClient:
                                            f"{response.status_code}{said}", response.status_code)
         try:
             plugin = answer["plugin"]
-            found = Discovery(plugin_api=answer["plugin_api"], plugin_id=plugin["id"], version=plugin["version"],
-                              manifest_digest=answer["manifest_digest"], contributions=list(answer["contributions"]))
-            if not all(isinstance(v, str) for v in (found.plugin_api, found.plugin_id, found.version,
-                                                    found.manifest_digest)):
+            named = (answer["plugin_api"], plugin["id"], plugin["version"], answer["manifest_digest"])
+            if not all(isinstance(v, str) for v in named):
                 raise TypeError
+            # What the build names is quoted in check reports and errors, which are stored.
+            found = Discovery(*map(storable, named), contributions=[
+                storable(c) if isinstance(c, str) else c for c in list(answer["contributions"])])
         except (KeyError, TypeError):
             raise PluginUnreachable("invalid_discovery", f"{self.target.plugin_id}: discovery answer lacks "
                                                          "plugin_api, plugin {id, version}, manifest_digest "

@@ -8,6 +8,7 @@ import msgspec
 
 from contentsvc.plugins.client import PluginFailed, PluginUnreachable
 from contentsvc.plugins.manifest import validate_against
+from contentsvc.storage.text import storable
 
 CHECK_ORGANIZATION = "org_contract_check"  # requests of the check name no real Organization
 
@@ -74,6 +75,9 @@ class Recorder:
             status, issues = "skip", []
         else:
             status = "fail" if issues else "pass"
+        # An issue may quote what the plugin sent (a pointer to a member, a digest it reports), and
+        # the report is stored: no stored text holds U+0000.
+        issues = [Issue(i.code, storable(i.message), storable(i.path)) for i in issues]
         check = Check(id=check_id, title=TITLES[check_id], status=status, issues=issues, contribution=contribution,
                       fixture=fixture)
         self.checks.append(check)

@@ -16,3 +16,7 @@ CHANGE_PAGE_MAX = 1000
 # The built-in text path holds a text Blob's whole text in its Version's
 # manifest: larger text Blobs are quarantined (normalizer_failed).
 MAX_TEXT_BLOB_BYTES = 8 * 1024 * 1024
+
+# Part 2, ScheduleChange: a Connector runs at least once a day. A source's retry_after_seconds is
+# kept to the same bound (plugins/client.py retry_after).
+MAX_CONNECTOR_INTERVAL_SECONDS = 86400

@@ -164,7 +164,8 @@ def _webhook_secret(value: str) -> bool:
     return _SECRET_BYTES[0] <= len(decoded) <= _SECRET_BYTES[1]
 
 
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# An HTTP field name (RFC 9110 token); call fullmatch (a `$` would let a trailing newline through).
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 def destination_problems(settings: Settings) -> Iterator[tuple[str, str]]:
@@ -187,7 +188,7 @@ def _destination_problems(entry: DestinationSettings) -> Iterator[tuple[str, str
         yield ".headers", f"at most {MAX_DESTINATION_HEADERS} headers"
     for name in entry.headers:
         lowered = name.lower()
-        if not _HEADER_NAME.match(name):
+        if not HEADER_NAME.fullmatch(name):
             yield f".headers.{name}", "is not a valid header name"
         elif lowered in RESERVED_HEADERS or lowered.startswith("webhook-"):
             yield f".headers.{name}", "may not be set: the delivery sets it"

@@ -22,6 +22,7 @@ from contentsvc.auth.principal import Principal
 from contentsvc.commands import idempotency
 from contentsvc.commands.records import Accepted, SourceCommand, accept_in_transaction
 from contentsvc.config import Settings
+from contentsvc.config.limits import MAX_CONNECTOR_INTERVAL_SECONDS
 from contentsvc.connectors import views
 from contentsvc.connectors.credentials import credentials_unavailable, seal_credential
 from contentsvc.connectors.events import (
@@ -51,7 +52,7 @@ from contentsvc.storage.database import database_now
 
 CONNECTOR = "connector"  # idempotency families (decisions-part2)
 RUN = "connector_run"
-MAX_INTERVAL = 86400
+MAX_INTERVAL = MAX_CONNECTOR_INTERVAL_SECONDS
 SILENT_BOUNDS, SILENT_DEFAULT = (60, 2592000), 86400
 WARNING_BOUNDS, WARNING_DEFAULT = (0, 2592000), 604800
 

@@ -30,6 +30,7 @@ from contentsvc.api.http import Services, cached_principal, read_body, services
 from contentsvc.api.routes import Call, Stream, operation
 from contentsvc.auth.principal import bearer_secret
 from contentsvc.commands.records import Accepted
+from contentsvc.config.plugins import HEADER_NAME
 from contentsvc.connectors import instance_tokens, push_store, views
 from contentsvc.connectors.commands import accept_items, connector_principal, family_of, item_commands
 from contentsvc.connectors.credentials import open_credential
@@ -432,7 +433,6 @@ async def _deliver(pool, settings, served: ServedKind, row: dict[str, Any], rout
 
 
 # A header an HTTP/1.1 server can write (RFC 9110): a token for its name, a value without CR, LF or NUL.
-_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _FIELD_VALUE_BREAKS = re.compile(r"[\r\n\x00]")
 
 
@@ -447,7 +447,7 @@ def relayed_response(response: Any) -> Relayed | None:
             or not isinstance(response.get("body_base64") or "", str):
         return None
     headers = relayed_headers([(str(k), v) for k, v in (response.get("headers") or {}).items() if isinstance(v, str)])
-    if not all(_FIELD_NAME.fullmatch(k) and not _FIELD_VALUE_BREAKS.search(v) for k, v in headers.items()):
+    if not all(HEADER_NAME.fullmatch(k) and not _FIELD_VALUE_BREAKS.search(v) for k, v in headers.items()):
         return None
     try:
         body = base64.b64decode(response.get("body_base64") or "", validate=True)

@@ -27,6 +27,7 @@ import httpx
 import msgspec
 
 from contentsvc import __version__
+from contentsvc.config.limits import MAX_CONNECTOR_INTERVAL_SECONDS
 from contentsvc.ids import new_id
 from contentsvc.logging import get_logger
 from contentsvc.outbound_http import outbound_client
@@ -39,7 +40,6 @@ DISCOVERY_TIMEOUT_SECONDS = 5.0
 BACKOFF_CAP_SECONDS = 60.0
 BACKOFF_JITTER = 0.1  # each delay x U(0.9, 1.1), as the delivery schedule's jitter
 MAX_ERROR_BODY_BYTES = 64 * 1024
-MAX_RETRY_AFTER_SECONDS = 86400
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def retry_after(value: object) -> int | None:
     stayed `running`); None when it is not one."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         return None
-    return min(value, MAX_RETRY_AFTER_SECONDS)
+    return min(value, MAX_CONNECTOR_INTERVAL_SECONDS)
 
 
 def backoff_delay(attempt: int, unit: float) -> float:

@@ -106,6 +106,14 @@ class Projector(ABC):
     # payloads of the others (an ingest's text, a Version's manifest) are neither sent nor decoded
     # (most of the monitor's time went to decoding events it skipped).
     reads: ClassVar[frozenset[str] | None] = None
+    # The events of the batch a step is folding, until they are committed: a step that fails
+    # is recorded at them (projectors/faults.py). And the position its checkpoint reached after
+    # a step. The runner resets both before each step.
+    folding: tuple[JournalEvent, ...] = ()
+    folded_through: int = 0
+    # Set by the runner after a step failed, until one folds events again: steps then read one
+    # event at a time, so that the fault names the one event the fold stops at.
+    isolating_fault: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Projector":
@@ -121,7 +129,10 @@ class Projector(ABC):
 
     @property
     def step_size(self) -> int:
-        """Positions the next step reads: fewer while ingests keep arriving (contended_batch_size)."""
+        """Positions the next step reads: one while a fault is isolated, fewer while ingests keep
+        arriving (contended_batch_size)."""
+        if self.isolating_fault:
+            return 1
         if self.ingests_arriving and self.contended_batch_size:
             return self.contended_batch_size
         return self.batch_size
@@ -214,6 +225,7 @@ class TableFold(Projector):
             position = await checkpoints.position(conn, self.name)
             events, through, more = await next_batch(conn, position, self.step_size, self.reads)
             if through == position:
+                self.folded_through = position
                 return False
             if await checkpoints.position(conn, self.name, for_update=True) != position:
                 return True  # a replay committed meanwhile: read again from its checkpoint
@@ -223,7 +235,9 @@ class TableFold(Projector):
             await checkpoints.advance(conn, self.name, through)
             await self.announce_progress(conn)
             if events:
+                self.folding = tuple(events)
                 await self.apply(conn, events)
+        self.folding, self.folded_through = (), through
         return more
 
 
@@ -278,14 +292,17 @@ class ExternalFold(Projector):
         moved = through > self.position
         self.journal_has_more = more
         if events:
+            self.folding = tuple(events)  # a fold that gathers further batches adds theirs
             await self.fold(conn, events, through)
             if self.position < events[0].position:
                 raise RuntimeError(f"{self.name}: the fold returned without committing its checkpoint")
             if self.position < through:  # it ended the step sooner
                 self.journal_has_more = True
+            self.folding = ()
         elif moved:
             async with self.checkpointed(conn, through):
                 pass  # positions holding no kind it reads: only the checkpoint moves
+        self.folded_through = self.position
         return await self.after_batch(conn, idle=not moved) or self.journal_has_more
 
 

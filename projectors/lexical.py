@@ -163,7 +163,7 @@ class LexicalProjector(GenerationFold):
         started = time.monotonic()
         versions = _versions(batches[0][0])
         applied = False
-        while self.journal_has_more and versions < self.GATHER_VERSIONS \
+        while self.journal_has_more and not self.isolating_fault and versions < self.GATHER_VERSIONS \
                 and time.monotonic() - started < self.GATHER_SECONDS:
             last_events, last, last_decisions = batches[-1]
             async with conn.transaction():
@@ -176,6 +176,7 @@ class LexicalProjector(GenerationFold):
             if not events:  # positions holding no kind it reads: the last batch reaches further
                 batches[-1] = (last_events, through, last_decisions)
                 continue
+            self.folding += tuple(events)
             decisions, batch_applied = await self._take(conn, events, through)
             batches.append((events, through, decisions))
             applied = applied or batch_applied

@@ -13,6 +13,10 @@ holds the lock again, and reopens the fold (memory may be ahead of what
 committed before the outage; reopening reads it back from Postgres, as a
 restart would). Its connection gives up connecting after the configured
 connect_timeout and carries no statement timeout (a fold may be long).
+
+Any other failure of a step is a fault: recorded, retried with backoff one event at a time, and
+cleared once a step gets past it (projectors/faults.py). The process stays up and holds its
+place; nothing is skipped.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ from psycopg import AsyncConnection
 from contentsvc.config.settings import DatabaseSettings
 from contentsvc.journal.store import NOTIFY_CHANNEL
 from contentsvc.logging import get_logger
+from contentsvc.projectors import faults
 from contentsvc.projectors.base import Projector
+from contentsvc.projectors.faults import Fault
 from contentsvc.storage.availability import OutageLog, connection_options, unreachable
 from contentsvc.storage.heap import freeze_start_up_heap
 from contentsvc.storage.server_settings import keep_commits_durable
@@ -278,8 +284,9 @@ async def run(
     process: str | None = None,
     niceness: int = 0,
     ingest_burst_seconds: float = 0.0,
+    fault_retry_first_seconds: float = faults.RETRY_FIRST_SECONDS,
 ) -> None:
-    """Fold (or work) until `stop`, through database outages; once started, the process is
+    """Fold (or work) until `stop`, through database outages and faults; once started, the process is
     reniced by `niceness` (see Projector.niceness_above_background). A fold that rests in
     bursts does so for `ingest_burst_seconds` of each (IngestBurst; 0: never)."""
     stop = stop or asyncio.Event()
@@ -288,6 +295,8 @@ async def run(
     burst = IngestBurst.of(projector, ingest_burst_seconds)
     started = False
     delay = retry_first_seconds
+    fault: Fault | None = None  # the failure the fold retries, until a step gets past it
+    attempts = 0
     while not stop.is_set():
         try:
             # One connection both listens and works: PostgreSQL delivers a notification to a
@@ -299,31 +308,52 @@ async def run(
                 if projector.single_instance and not await _take_lock(work, projector, poll_seconds, stop):
                     return
                 await work.set_autocommit(False)
-                await projector.open(work)
-                if not started:
-                    log.info("projector_started", projector=projector.name)
-                    started = True
-                    freeze_start_up_heap()
-                    if niceness:
-                        _renice(niceness)
-                if outage.back():
-                    delay = retry_first_seconds
-                pace = Pace()
-                while not stop.is_set():
-                    started_step = time.monotonic()
-                    more = await projector.step(work)
-                    await _end_open_transaction(work, projector)
-                    if more and burst.rests:  # whether ingests arrived during the step
-                        await _take_notifications(work, burst)
-                    now = time.monotonic()
-                    rest = burst.rest_after(now - started_step, more, now)
-                    projector.ingests_arriving = burst.arrived
-                    if rest:
-                        await _rest(work, burst, rest, stop)
-                    elif not more:
-                        await _wait_for_commit(work, min(poll_seconds, projector.idle_poll_seconds() or poll_seconds),
-                                               projector.coalesce_seconds or coalesce_seconds, pace, burst)
-            return
+                try:
+                    await projector.open(work)
+                    if not started:
+                        log.info("projector_started", projector=projector.name)
+                        started = True
+                        # A fault recorded before this start (a fixed release, or the same fault
+                        # again) stays until a step gets past it.
+                        fault, attempts = await faults.recorded(work, projector.name)
+                        projector.isolating_fault = fault is not None
+                        freeze_start_up_heap()
+                        if niceness:
+                            _renice(niceness)
+                    if outage.back():
+                        delay = retry_first_seconds
+                    pace = Pace()
+                    while not stop.is_set():
+                        started_step = time.monotonic()
+                        projector.folding, projector.folded_through = (), 0
+                        more = await projector.step(work)
+                        await _end_open_transaction(work, projector)
+                        if fault is not None and fault.passed(projector.folded_through):
+                            await faults.clear(work, projector.name, attempts)
+                            fault, attempts, projector.isolating_fault = None, 0, False
+                        if more and burst.rests:  # whether ingests arrived during the step
+                            await _take_notifications(work, burst)
+                        now = time.monotonic()
+                        rest = burst.rest_after(now - started_step, more, now)
+                        projector.ingests_arriving = burst.arrived
+                        if rest:
+                            await _rest(work, burst, rest, stop)
+                        elif not more:
+                            await _wait_for_commit(
+                                work, min(poll_seconds, projector.idle_poll_seconds() or poll_seconds),
+                                projector.coalesce_seconds or coalesce_seconds, pace, burst)
+                    return
+                except Exception as exc:
+                    if connection_lost(exc):
+                        raise
+                    fault, attempts = Fault.of(projector, exc), attempts + 1
+                    projector.isolating_fault = True  # the next steps read one event at a time
+                    await work.rollback()
+                    await faults.record(work, projector.name, fault, attempts, exc)
+                    # Holding its lock meanwhile (it still runs); then the fold reopens on a new
+                    # connection, as after an outage (projectors/faults.py).
+                    await _sleep_unless_stopped(min(fault_retry_first_seconds * 2 ** (attempts - 1),
+                                                    faults.RETRY_CAP_SECONDS), stop)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if not connection_lost(exc):
                 raise

@@ -15,6 +15,7 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Iterable
 
+import msgspec
 from psycopg import AsyncConnection
 from psycopg.rows import RowMaker
 
@@ -144,13 +145,27 @@ async def read_at(conn: AsyncConnection, positions: list[int]) -> dict[int, Jour
     return {e.position: e for e in await cur.fetchall()}
 
 
+class UndecodableEvent(Exception):
+    """An event whose payload does not decode as its kind's (written by a newer release, or by
+    hand): the reader says which one, since a fold cannot go past it."""
+
+    def __init__(self, position: int, kind: str, reason: str) -> None:
+        super().__init__(f"the payload of the {kind} event at position {position} does not decode: {reason}")
+        self.position = position
+        self.kind = kind
+
+
 def _journal_event(cursor) -> RowMaker[JournalEvent]:
     def make(row) -> JournalEvent:
         (position, event_id, kind, public, org_id, corpus_id, subject_type, subject_id, version_id, receipt_id,
          payload, committed_at) = row
+        try:
+            decoded = decode_payload(kind, payload)
+        except msgspec.MsgspecError as exc:
+            raise UndecodableEvent(position, kind, str(exc)) from exc
         return JournalEvent(position=position, event_id=event_id, kind=kind, public=public, org_id=org_id,
                             corpus_id=corpus_id, subject_type=subject_type, subject_id=subject_id,
-                            version_id=version_id, receipt_id=receipt_id, payload=decode_payload(kind, payload),
+                            version_id=version_id, receipt_id=receipt_id, payload=decoded,
                             committed_at=committed_at)
     return make
 

@@ -13,6 +13,7 @@ from rich.table import Table
 from contentsvc.journal import checkpoints
 from contentsvc.journal.store import head as journal_head
 from contentsvc.journal.store import read_after
+from contentsvc.projectors.faults import faults_by_name
 from contentsvc.projectors.runner import instance_lock_id
 from contentsvc.search.generations import Generation, bytes_held
 
@@ -35,10 +36,24 @@ def held_locks(conn: psycopg.Connection) -> set[int]:
         " WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted")}
 
 
+def print_faults(console: Console, faults: dict[str, tuple], names) -> None:
+    """The faults of `names` (projectors/faults.py), when any: each stops its fold until fixed."""
+    shown = [(name, faults[name]) for name in names if name in faults]
+    if not shown:
+        return
+    table = Table(title="faults (each retries where it stopped until a step gets past it; see its log)")
+    for column in ("name", "at", "error", "attempts", "since", "last"):
+        table.add_column(column)
+    for name, (error, message, where, attempts, since, last) in shown:
+        table.add_row(name, where or "-", f"{error}: {message}", str(attempts), since.isoformat(), last.isoformat())
+    console.print(table)
+
+
 def print_status(url: str, names: list[str], home: Path) -> int:
     with psycopg.connect(url) as conn:
         head = head_position(conn)
         rows = checkpoints_by_name(conn)
+        faults = faults_by_name(conn)
         found = [Generation(*r) for r in conn.execute(
             "SELECT generation_id, kind, state, announced FROM search_generations ORDER BY kind, created_at")]
         held = held_locks(conn)
@@ -63,6 +78,7 @@ def print_status(url: str, names: list[str], home: Path) -> int:
                           updated.isoformat() if updated else "never")
     console = Console(width=max(Console().width, 140))  # a generation id and its state stay on one line
     console.print(table)
+    print_faults(console, faults, names)
     if building:
         table = Table(title="corpus projection generations being built")
         for column in ("corpus", "generation", "operation", "versions done", "in scope"):

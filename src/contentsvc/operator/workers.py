@@ -13,7 +13,8 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
-from contentsvc.operator.projectors import checkpoints_by_name, head_position, held_locks
+from contentsvc.operator.projectors import checkpoints_by_name, head_position, held_locks, print_faults
+from contentsvc.projectors.faults import faults_by_name
 from contentsvc.projectors.base import Projector
 from contentsvc.projectors.runner import instance_lock_id, runner_application_name
 
@@ -31,6 +32,7 @@ def print_worker_status(url: str, workers: dict[str, type[Projector]]) -> int:
         connected = dict(conn.execute("SELECT application_name, count(*) FROM pg_stat_activity"
                                       " WHERE datname = current_database() GROUP BY 1").fetchall())
         waiting = {name: worker.waiting(conn) or "-" for name, worker in workers.items()}
+        faults = faults_by_name(conn)
     table = Table(title=f"journal head {head}")
     for column in ("worker", "running", "position", "lag (events)", "waiting"):
         table.add_column(column)
@@ -43,5 +45,7 @@ def print_worker_status(url: str, workers: dict[str, type[Projector]]) -> int:
         position = checkpoints.get(name, (None,))[0]  # a worker folding the journal keeps a checkpoint
         table.add_row(name, running, "-" if position is None else str(position),
                       "-" if position is None else str(head - position), waiting[name])
-    Console(width=max(Console().width, 140)).print(table)
+    console = Console(width=max(Console().width, 140))
+    console.print(table)
+    print_faults(console, faults, workers)
     return 0

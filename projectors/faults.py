@@ -1,0 +1,121 @@
+"""A step that fails: what the runner records, so that an operator sees what stops a fold.
+
+A step that raises anything but a lost database is a fault: a defect, or an event this release
+cannot fold (one written by a newer release, or by hand). A fold cannot go past it: skipping an
+event would leave its output wrong for good, and a later release (or a repaired database) folds
+it. So the runner (projectors/runner.py) keeps the fold where it is and says so:
+
+- the first failure is logged `projector_faulted` with its traceback, each later one
+  `projector_fault_persists` without it;
+- the fault is a row of `projector_faults`, shown by `contentsvc projector status` and `worker
+  status`: the error, the events of the failing step (their positions, and their kind when they
+  share one), the attempts and since when;
+- the runner retries after 1 s, doubling up to a minute, on a new connection, and meanwhile reads
+  one event per step (`Projector.isolating_fault`): the events before the one that fails are
+  folded, and the row then names that one event;
+- the first step that gets past those events (or, for a step that failed on none, the first that
+  succeeds) deletes the row and logs `projector_fault_cleared`.
+
+The other projectors and workers go on: a fault stops one fold, never the deployment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import AsyncConnection
+
+from contentsvc.journal.store import UndecodableEvent
+from contentsvc.logging import get_logger
+from contentsvc.projectors.base import Projector
+from contentsvc.storage.text import storable
+
+log = get_logger("contentsvc.projector")
+
+RETRY_FIRST_SECONDS = 1.0
+RETRY_CAP_SECONDS = 60.0
+# The stored message is an operator's clue, not a dump: a long one is cut here.
+MESSAGE_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class Fault:
+    error: str
+    message: str
+    first_position: int | None = None
+    last_position: int | None = None
+    kind: str | None = None
+
+    @classmethod
+    def of(cls, projector: Projector, exc: Exception) -> "Fault":
+        """The fault `exc` is, at the events the projector was folding (or could not decode)."""
+        message = storable(str(exc) or repr(exc))[:MESSAGE_CHARS]
+        if isinstance(exc, UndecodableEvent):
+            return cls(type(exc).__name__, message, exc.position, exc.position, exc.kind)
+        events = projector.folding
+        if not events:
+            return cls(type(exc).__name__, message)
+        kinds = {e.kind for e in events}
+        return cls(type(exc).__name__, message, events[0].position, events[-1].position,
+                   kinds.pop() if len(kinds) == 1 else None)
+
+    @property
+    def at_events(self) -> bool:
+        return self.first_position is not None
+
+    def passed(self, folded_through: int) -> bool:
+        """Whether a step that succeeded, its checkpoint at `folded_through`, got past this
+        fault: past its events, or at all when it failed on none."""
+        return not self.at_events or folded_through >= self.last_position
+
+    def where(self) -> str:
+        """`position 41 (record.ingested)`, `positions 1-25`, or empty when no event was read."""
+        if not self.at_events:
+            return ""
+        if self.first_position == self.last_position:
+            at = f"position {self.first_position}"
+        else:
+            at = f"positions {self.first_position}-{self.last_position}"
+        return f"{at} ({self.kind})" if self.kind else at
+
+
+async def record(conn: AsyncConnection, name: str, fault: Fault, attempt: int, exc: Exception) -> None:
+    """Logs the fault and writes its row (the connection is outside any transaction)."""
+    fields = dict(projector=name, error=fault.error, message=fault.message, position=fault.first_position,
+                  through=fault.last_position, kind=fault.kind, attempt=attempt)
+    if attempt == 1:
+        log.error("projector_faulted", **fields, exc_info=exc)
+    else:
+        log.warning("projector_fault_persists", **fields)
+    async with conn.transaction():
+        await conn.execute(
+            "INSERT INTO projector_faults (name, error, message, first_position, last_position, kind)"
+            " VALUES (%s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (name) DO UPDATE SET error = excluded.error, message = excluded.message,"
+            " first_position = excluded.first_position, last_position = excluded.last_position,"
+            " kind = excluded.kind, attempts = projector_faults.attempts + 1, last_failed_at = now()",
+            (name, fault.error, fault.message, fault.first_position, fault.last_position, fault.kind))
+
+
+async def recorded(conn: AsyncConnection, name: str) -> tuple[Fault | None, int]:
+    """The fault recorded for `name` (by an earlier start) and its attempts; (None, 0) when none is."""
+    async with conn.transaction():
+        cur = await conn.execute("SELECT error, message, first_position, last_position, kind, attempts"
+                                 " FROM projector_faults WHERE name = %s", (name,))
+        row = await cur.fetchone()
+    return (None, 0) if row is None else (Fault(*row[:5]), row[5])
+
+
+async def clear(conn: AsyncConnection, name: str, attempts: int) -> None:
+    async with conn.transaction():
+        await conn.execute("DELETE FROM projector_faults WHERE name = %s", (name,))
+    log.info("projector_fault_cleared", projector=name, attempts=attempts)
+
+
+def faults_by_name(conn: psycopg.Connection) -> dict[str, tuple]:
+    """For the operator's status: (error, message, where, attempts, first failed, last failed) by name."""
+    rows = conn.execute("SELECT name, error, message, first_position, last_position, kind, attempts,"
+                        " first_failed_at, last_failed_at FROM projector_faults ORDER BY name").fetchall()
+    return {name: (error, message, Fault(error, message, first, last, kind).where(), attempts, since, last_at)
+            for name, error, message, first, last, kind, attempts, since, last_at in rows}

@@ -1,0 +1,181 @@
+"""A fold that fails (projectors/faults.py), run by the real runner on a real PostgreSQL.
+
+A step that raises anything but a lost database stops that fold where it is: nothing is skipped,
+the process stays up and retries with backoff one event at a time, so the events before the
+failing one are folded and the recorded fault names that one event; `projector status` shows
+it; the first step past it clears it. The same holds for an event whose payload does not decode
+as its kind's (one written by a newer release, or by hand).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import psycopg
+import pytest
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+from structlog.testing import capture_logs
+
+from contentsvc.journal.events import JournalEvent
+from contentsvc.operator.projectors import print_status
+from contentsvc.projectors.base import TableFold
+from contentsvc.projectors.runner import run
+from tests.integration.test_projector_contract import append_events, tally_counts, tally_database
+
+
+class PoisonedTally(TableFold):
+    """Writes each event's position into `tally`, and fails on the positions in `poisoned`."""
+
+    name = "tally"
+    batch_size = 25
+
+    def __init__(self) -> None:
+        self.poisoned: set[int] = set()
+
+    async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
+        await conn.execute("INSERT INTO tally (position) SELECT unnest(%s::bigint[])", ([e.position for e in events],))
+        bad = self.poisoned.intersection(e.position for e in events)
+        if bad:
+            raise ValueError(f"cannot fold position {min(bad)}")
+
+
+@pytest.fixture
+def url(databases) -> str:
+    return tally_database(databases)
+
+
+def positions(url: str) -> list[int]:
+    with psycopg.connect(url) as conn:
+        return [r[0] for r in conn.execute("SELECT position FROM journal ORDER BY position")]
+
+
+def fault_row(url: str) -> tuple | None:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT error, message, first_position, last_position, kind, attempts"
+                            " FROM projector_faults WHERE name = 'tally'").fetchone()
+
+
+async def until(condition, what: str, timeout: float = 30.0):
+    for _ in range(int(timeout / 0.05)):
+        value = condition()
+        if value:
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+def checkpoint(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT position FROM projector_checkpoints WHERE name = 'tally'").fetchone()
+        return row[0] if row else 0
+
+
+def status_text(url: str, tmp_path, capsys) -> str:
+    assert print_status(url, ["tally"], tmp_path) == 0
+    return re.sub(r"\s+", " ", capsys.readouterr().out)
+
+
+def test_a_failing_event_stops_its_fold_there_and_is_named_until_a_step_gets_past_it(url, tmp_path, capsys):
+    # docs/decisions.md "Projector faults": nothing is skipped, the operator is told which event
+    asyncio.run(append_events(url, 60))
+    journal = positions(url)
+    poison = journal[39]  # in the second batch of 25
+    projector = PoisonedTally()
+    projector.poisoned = {poison}
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(run(url, projector, poll_seconds=0.1, stop=stop, fault_retry_first_seconds=0.05))
+        try:
+            # Retried one event at a time, the fault narrows to the poisoned event; the ones before it are folded.
+            row = await until(lambda: (r := fault_row(url)) and r[2] == r[3] and r, "the fault names one event")
+            assert row[:5] == ("ValueError", f"cannot fold position {poison}", poison, poison, "upload.failed")
+            assert (await tally_counts(url))[1:] == (39, journal[38])
+            assert not task.done()  # the runner stays up and keeps its place
+            attempts = row[5]
+            await until(lambda: fault_row(url)[5] > attempts, "it retries")
+            status = status_text(url, tmp_path, capsys)
+            assert "tally │ yes" in status and f"position {poison} (upload.failed)" in status, status
+            assert "ValueError: cannot fold" in status, status
+
+            projector.poisoned.clear()  # the cause is fixed: the next attempt gets past it
+            await until(lambda: fault_row(url) is None, "the fault is cleared")
+            await until(lambda: checkpoint(url) == journal[-1], "the fold catches up")
+            assert not projector.isolating_fault
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, timeout=30)
+
+    with capture_logs() as logs:
+        asyncio.run(scenario())
+    # Every event folded once: each failing step's rows were rolled back with it.
+    assert asyncio.run(tally_counts(url)) == (60, 60, journal[-1])
+    events = [entry["event"] for entry in logs]
+    assert events.count("projector_faulted") == 1 and events.count("projector_fault_cleared") == 1, events
+    first = next(e for e in logs if e["event"] == "projector_faulted")
+    assert first["exc_info"] and first["position"] == journal[25] and first["through"] == journal[49]
+    assert all("exc_info" not in e for e in logs if e["event"] == "projector_fault_persists")
+    assert "faults" not in status_text(url, tmp_path, capsys)
+
+
+def rewrite_payload(conn: psycopg.Connection, position: int, payload: dict) -> None:
+    conn.execute("SET session_replication_role = replica")
+    conn.execute("UPDATE journal SET payload = %s WHERE position = %s", (Jsonb(payload), position))
+
+
+def test_an_event_that_does_not_decode_is_named_and_folded_once_it_does(url):
+    asyncio.run(append_events(url, 10))
+    journal = positions(url)
+    bad = journal[4]
+    with psycopg.connect(url, autocommit=True) as conn:
+        good = conn.execute("SELECT payload FROM journal WHERE position = %s", (bad,)).fetchone()[0]
+        # As a newer release (or a hand) might have written it: the kind's required members are
+        # missing. The journal refuses changes; its trigger is bypassed to write it.
+        rewrite_payload(conn, bad, {"upload": 1})
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(run(url, PoisonedTally(), poll_seconds=0.1, stop=stop,
+                                       fault_retry_first_seconds=0.05))
+        try:
+            row = await until(lambda: fault_row(url), "the fault is recorded")
+            assert row[0] == "UndecodableEvent" and row[2:5] == (bad, bad, "upload.failed"), row
+            assert f"upload.failed event at position {bad} does not decode" in row[1]
+            # Named at once (the reader knows the position); the events before it are folded next.
+            await until(lambda: checkpoint(url) == journal[3], "the events before it are folded")
+            await until(lambda: fault_row(url)[5] > row[5], "it retries")
+            assert checkpoint(url) == journal[3] and fault_row(url)[:5] == row[:5]
+            with psycopg.connect(url, autocommit=True) as conn:  # as a release that reads it would
+                rewrite_payload(conn, bad, good)
+            await until(lambda: fault_row(url) is None, "the fault is cleared")
+            await until(lambda: checkpoint(url) == journal[-1], "the fold catches up")
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, timeout=30)
+
+    asyncio.run(scenario())
+    assert asyncio.run(tally_counts(url)) == (10, 10, journal[-1])
+
+
+def test_a_fault_recorded_before_a_start_is_cleared_by_the_first_step_past_it(url):
+    asyncio.run(append_events(url, 5))
+    journal = positions(url)
+    with psycopg.connect(url, autocommit=True) as conn:  # left by a process stopped while faulted
+        conn.execute("INSERT INTO projector_faults (name, error, message, first_position, last_position, kind)"
+                     " VALUES ('tally', 'ValueError', 'an old defect', %s, %s, 'upload.failed')",
+                     (journal[2], journal[2]))
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(run(url, PoisonedTally(), poll_seconds=0.1, stop=stop))
+        try:
+            await until(lambda: fault_row(url) is None, "the fault is cleared")
+            await until(lambda: checkpoint(url) == journal[-1], "the fold catches up")
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, timeout=30)
+
+    asyncio.run(scenario())
+    assert asyncio.run(tally_counts(url)) == (5, 5, journal[-1])

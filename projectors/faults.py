@@ -13,8 +13,8 @@ it. So the runner (projectors/runner.py) keeps the fold where it is and says so:
 - the runner retries after 1 s, doubling up to a minute, on a new connection, and meanwhile reads
   one event per step (`Projector.isolating_fault`): the events before the one that fails are
   folded, and the row then names that one event;
-- the first step that gets past those events (or, for a step that failed on none, the first that
-  succeeds) deletes the row and logs `projector_fault_cleared`.
+- the first step that gets past those events (or, for a step that failed on none, the steps of a
+  minute that all succeed) deletes the row and logs `projector_fault_cleared`.
 
 The other projectors and workers go on: a fault stops one fold, never the deployment.
 """
@@ -35,6 +35,10 @@ log = get_logger("contentsvc.projector")
 
 RETRY_FIRST_SECONDS = 1.0
 RETRY_CAP_SECONDS = 60.0
+# A fault on no event is over once steps have succeeded this long after it: a step that succeeds
+# may not have retried the failing work yet (a worker's call in flight), and clearing at once
+# would record the same fault afresh, traceback and shortest backoff included, at every retry.
+SETTLED_SECONDS = 60.0
 # The stored message is an operator's clue, not a dump: a long one is cut here.
 MESSAGE_CHARS = 1000
 
@@ -64,10 +68,14 @@ class Fault:
     def at_events(self) -> bool:
         return self.first_position is not None
 
-    def passed(self, folded_through: int) -> bool:
-        """Whether a step that succeeded, its checkpoint at `folded_through`, got past this
-        fault: past its events, or at all when it failed on none."""
-        return not self.at_events or folded_through >= self.last_position
+    def passed(self, folded_through: int, seconds_since: float, settled_seconds: float) -> bool:
+        """Whether a step that succeeded, its checkpoint at `folded_through`, `seconds_since` the
+        last failure, got past this fault: past its events; or, for a fault on none (a worker's
+        own work, retried by a later step, not necessarily this one), steps kept succeeding for
+        `settled_seconds`."""
+        if self.at_events:
+            return folded_through >= self.last_position
+        return seconds_since >= settled_seconds
 
     def where(self) -> str:
         """`position 41 (record.ingested)`, `positions 1-25`, or empty when no event was read."""

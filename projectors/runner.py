@@ -285,6 +285,7 @@ async def run(
     niceness: int = 0,
     ingest_burst_seconds: float = 0.0,
     fault_retry_first_seconds: float = faults.RETRY_FIRST_SECONDS,
+    fault_settled_seconds: float = faults.SETTLED_SECONDS,
 ) -> None:
     """Fold (or work) until `stop`, through database outages and faults; once started, the process is
     reniced by `niceness` (see Projector.niceness_above_background). A fold that rests in
@@ -296,7 +297,7 @@ async def run(
     started = False
     delay = retry_first_seconds
     fault: Fault | None = None  # the failure the fold retries, until a step gets past it
-    attempts = 0
+    attempts, failed_at = 0, time.monotonic()
     while not stop.is_set():
         try:
             # One connection both listens and works: PostgreSQL delivers a notification to a
@@ -328,7 +329,8 @@ async def run(
                         projector.folding, projector.folded_through = (), 0
                         more = await projector.step(work)
                         await _end_open_transaction(work, projector)
-                        if fault is not None and fault.passed(projector.folded_through):
+                        if fault is not None and fault.passed(projector.folded_through,
+                                                              time.monotonic() - failed_at, fault_settled_seconds):
                             await faults.clear(work, projector.name, attempts)
                             fault, attempts, projector.isolating_fault = None, 0, False
                         if more and burst.rests:  # whether ingests arrived during the step
@@ -346,7 +348,7 @@ async def run(
                 except Exception as exc:
                     if connection_lost(exc):
                         raise
-                    fault, attempts = Fault.of(projector, exc), attempts + 1
+                    fault, attempts, failed_at = Fault.of(projector, exc), attempts + 1, time.monotonic()
                     projector.isolating_fault = True  # the next steps read one event at a time
                     await work.rollback()
                     await faults.record(work, projector.name, fault, attempts, exc)

@@ -20,7 +20,7 @@ from structlog.testing import capture_logs
 
 from contentsvc.journal.events import JournalEvent
 from contentsvc.operator.projectors import print_status
-from contentsvc.projectors.base import TableFold
+from contentsvc.projectors.base import Projector, TableFold
 from contentsvc.projectors.runner import run
 from tests.integration.test_projector_contract import append_events, tally_counts, tally_database
 
@@ -179,3 +179,44 @@ def test_a_fault_recorded_before_a_start_is_cleared_by_the_first_step_past_it(ur
 
     asyncio.run(scenario())
     assert asyncio.run(tally_counts(url)) == (5, 5, journal[-1])
+
+
+class FlakyWorker(Projector):
+    """A worker (no journal) whose steps fail and succeed in turn, `failures` times, as one whose
+    call in flight keeps getting an unusable answer: a step between two failures succeeds."""
+
+    name = "tally"
+    wakes_on = ()
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.steps = 0
+
+    async def step(self, conn: AsyncConnection) -> bool:
+        self.steps += 1
+        if self.failures and self.steps % 2:
+            self.failures -= 1
+            raise RuntimeError("the answer cannot be stored")
+        return False
+
+
+def test_a_worker_fault_on_no_event_is_cleared_only_once_its_steps_keep_succeeding(url):
+    # A step that succeeds between two failures does not clear the fault: one traceback, one row
+    # whose attempts grow, and the backoff grows with them.
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(run(url, FlakyWorker(failures=4), poll_seconds=0.02, stop=stop,
+                                       fault_retry_first_seconds=0.02, fault_settled_seconds=1.0))
+        try:
+            row = await until(lambda: (r := fault_row(url)) and r[5] == 4 and r, "four attempts")
+            assert row[:5] == ("RuntimeError", "the answer cannot be stored", None, None, None)
+            await until(lambda: fault_row(url) is None, "the fault is cleared")
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, timeout=30)
+
+    with capture_logs() as logs:
+        asyncio.run(scenario())
+    events = [entry["event"] for entry in logs]
+    assert events.count("projector_faulted") == 1 and events.count("projector_fault_persists") == 3, events
+    assert events.count("projector_fault_cleared") == 1 and events[-1] == "projector_fault_cleared", events

@@ -36,20 +36,22 @@ class Monitoring:
 
 
 def start_monitoring(databases, folder: Path, destination_url: str | None = None, secret: str | None = None,
-                     extra_toml: str = "") -> Monitoring:
-    """`contentsvc run` on a database of its own, pinning the fixture evaluator, with the destination
-    DESTINATION at `destination_url` (default: a loopback port nobody listens on) and any further
-    startup-file sections."""
+                     extra_toml: str = "", evaluator_endpoint: str | None = None) -> Monitoring:
+    """`contentsvc run` on a database of its own, pinning the fixture evaluator (launched by the run,
+    or the build already listening at `evaluator_endpoint`), with the destination DESTINATION at
+    `destination_url` (default: a loopback port nobody listens on) and any further startup-file
+    sections."""
     (folder / "fixture-evaluator").mkdir()
     shutil.copy(EVALUATOR / "contentsvc-plugin.json", folder / "fixture-evaluator")
     secret = secret or "whsec_" + base64.b64encode(os.urandom(32)).decode()
     destination_url = destination_url or f"http://127.0.0.1:{free_port()}/hooks"
+    endpoint = evaluator_endpoint or f"http://127.0.0.1:{free_port()}"
     config = folder / "contentsvc.toml"
     config.write_text(
-        f'[plugins.fixture-evaluator]\nendpoint = "http://127.0.0.1:{free_port()}"\n'
+        f'[plugins.fixture-evaluator]\nendpoint = "{endpoint}"\n'
         f'version = "{EVALUATOR_VERSION}"\nmanifest = "fixture-evaluator/contentsvc-plugin.json"\n'
-        f'launch = "fixture-evaluator"\n\n'
-        f'[destinations.{DESTINATION}]\nurl = "{destination_url}"\nsecret = "{secret}"\n\n{extra_toml}')
+        + ('' if evaluator_endpoint else 'launch = "fixture-evaluator"\n') +
+        f'\n[destinations.{DESTINATION}]\nurl = "{destination_url}"\nsecret = "{secret}"\n\n{extra_toml}')
     url = databases.create()
     return Monitoring(ServerProcess(url, folder, {"CONTENTSVC_CONFIG": str(config)}), url)
 

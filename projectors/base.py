@@ -111,8 +111,8 @@ class Projector(ABC):
     # a step. The runner resets both before each step.
     folding: tuple[JournalEvent, ...] = ()
     folded_through: int = 0
-    # Set by the runner after a step failed, until one folds events again: steps then read one
-    # event at a time, so that the fault names the one event the fold stops at.
+    # Set by the runner after a step failed on events, until a step gets past them: steps then
+    # read one event at a time, so that the fault names the one event the fold stops at.
     isolating_fault: bool = False
 
     @classmethod

@@ -317,7 +317,7 @@ async def run(
                         # A fault recorded before this start (a fixed release, or the same fault
                         # again) stays until a step gets past it.
                         fault, attempts = await faults.recorded(work, projector.name)
-                        projector.isolating_fault = fault is not None
+                        projector.isolating_fault = fault is not None and fault.at_events
                         freeze_start_up_heap()
                         if niceness:
                             _renice(niceness)
@@ -349,7 +349,7 @@ async def run(
                     if connection_lost(exc):
                         raise
                     fault, attempts, failed_at = Fault.of(projector, exc), attempts + 1, time.monotonic()
-                    projector.isolating_fault = True  # the next steps read one event at a time
+                    projector.isolating_fault = fault.at_events  # the next steps read one event at a time
                     await work.rollback()
                     await faults.record(work, projector.name, fault, attempts, exc)
                     # Holding its lock meanwhile (it still runs); then the fold reopens on a new

@@ -22,14 +22,18 @@ The other projectors and workers go on: a fault stops one fold, never the deploy
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import AsyncIterator
 
 import psycopg
 from psycopg import AsyncConnection
 
+from contentsvc.config.settings import DatabaseSettings
 from contentsvc.journal.store import UndecodableEvent
 from contentsvc.logging import get_logger
 from contentsvc.projectors.base import Projector
+from contentsvc.storage.availability import connection_options
 from contentsvc.storage.text import storable
 
 log = get_logger("contentsvc.projector")
@@ -89,15 +93,25 @@ class Fault:
         return f"{at} ({self.kind})" if self.kind else at
 
 
-async def record(conn: AsyncConnection, name: str, fault: Fault, attempt: int, exc: Exception) -> None:
-    """Logs the fault and writes its row (the connection is outside any transaction)."""
+@asynccontextmanager
+async def _own_connection(url: str, settings: DatabaseSettings, name: str) -> AsyncIterator[AsyncConnection]:
+    """A short connection of its own for the fault's row: the fold's connection may be inside a
+    transaction of work beside its steps (a Connector run's page), which this row must not join."""
+    async with await AsyncConnection.connect(url, autocommit=True, **connection_options(
+            settings, f"contentsvc fault {name}", bounded_statements=True)) as conn:
+        yield conn
+
+
+async def record(url: str, settings: DatabaseSettings, name: str, fault: Fault, attempt: int,
+                 exc: Exception) -> None:
+    """Logs the fault and writes its row."""
     fields = dict(projector=name, error=fault.error, message=fault.message, position=fault.first_position,
                   through=fault.last_position, kind=fault.kind, attempt=attempt)
     if attempt == 1:
         log.error("projector_faulted", **fields, exc_info=exc)
     else:
         log.warning("projector_fault_persists", **fields)
-    async with conn.transaction():
+    async with _own_connection(url, settings, name) as conn:
         await conn.execute(
             "INSERT INTO projector_faults (name, error, message, first_position, last_position, kind)"
             " VALUES (%s, %s, %s, %s, %s, %s)"
@@ -116,8 +130,8 @@ async def recorded(conn: AsyncConnection, name: str) -> tuple[Fault | None, int]
     return (None, 0) if row is None else (Fault(*row[:5]), row[5])
 
 
-async def clear(conn: AsyncConnection, name: str, attempts: int) -> None:
-    async with conn.transaction():
+async def clear(url: str, settings: DatabaseSettings, name: str, attempts: int) -> None:
+    async with _own_connection(url, settings, name) as conn:
         await conn.execute("DELETE FROM projector_faults WHERE name = %s", (name,))
     log.info("projector_fault_cleared", projector=name, attempts=attempts)
 

@@ -331,7 +331,7 @@ async def run(
                         await _end_open_transaction(work, projector)
                         if fault is not None and fault.passed(projector.folded_through,
                                                               time.monotonic() - failed_at, fault_settled_seconds):
-                            await faults.clear(work, projector.name, attempts)
+                            await faults.clear(url, settings, projector.name, attempts)
                             fault, attempts, projector.isolating_fault = None, 0, False
                         if more and burst.rests:  # whether ingests arrived during the step
                             await _take_notifications(work, burst)
@@ -350,8 +350,9 @@ async def run(
                         raise
                     fault, attempts, failed_at = Fault.of(projector, exc), attempts + 1, time.monotonic()
                     projector.isolating_fault = fault.at_events  # the next steps read one event at a time
-                    await work.rollback()
-                    await faults.record(work, projector.name, fault, attempts, exc)
+                    if not projector.runs_beside_steps:  # else the open transaction is a run's
+                        await work.rollback()  # nothing the failed step began stays locked through the wait
+                    await faults.record(url, settings, projector.name, fault, attempts, exc)
                     # Holding its lock meanwhile (it still runs); then the fold reopens on a new
                     # connection, as after an outage (projectors/faults.py).
                     await _sleep_unless_stopped(min(fault_retry_first_seconds * 2 ** (attempts - 1),

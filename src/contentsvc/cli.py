@@ -552,6 +552,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         import psycopg  # every command that reached for the database has imported it already
 
+        from contentsvc.journal.store import UndecodableEvent
+
+        if _process_name(args) == "cli" and isinstance(exc, UndecodableEvent):
+            # A replay reaching an event this release cannot read: which one, in one line.
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         if _process_name(args) != "cli" or not isinstance(exc, psycopg.OperationalError):
             raise  # the service's processes wait out an outage themselves; anything else is a defect
         # An operator's one-shot command (keys, migrate, gc, ...) whose database does not answer:

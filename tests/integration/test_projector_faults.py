@@ -10,7 +10,9 @@ as its kind's (one written by a newer release, or by hand).
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import subprocess
 
 import psycopg
 import pytest
@@ -22,6 +24,7 @@ from contentsvc.journal.events import JournalEvent
 from contentsvc.operator.projectors import print_status
 from contentsvc.projectors.base import Projector, TableFold
 from contentsvc.projectors.runner import run
+from tests.integration.plugin_processes import CONTENTSVC
 from tests.integration.test_projector_contract import append_events, tally_counts, tally_database
 
 
@@ -220,3 +223,21 @@ def test_a_worker_fault_on_no_event_is_cleared_only_once_its_steps_keep_succeedi
     events = [entry["event"] for entry in logs]
     assert events.count("projector_faulted") == 1 and events.count("projector_fault_persists") == 3, events
     assert events.count("projector_fault_cleared") == 1 and events[-1] == "projector_fault_cleared", events
+
+
+def test_a_replay_reaching_an_event_that_does_not_decode_names_it_and_changes_nothing(url, tmp_path):
+    # docs/decisions.md "Projector faults": the operator's replay says which event, in one line, exit 1
+    asyncio.run(append_events(url, 3))
+    bad = positions(url)[1]
+    with psycopg.connect(url, autocommit=True) as conn:
+        rewrite_payload(conn, bad, {"upload": 1})
+    env = {**os.environ, "CONTENTSVC_DATABASE_URL": url, "CONTENTSVC_HOME": str(tmp_path)}
+    env.pop("CONTENTSVC_CONFIG", None)
+    out = subprocess.run([*CONTENTSVC, "projector", "replay", "readmodel"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.splitlines()[-1].startswith(
+        f"error: the payload of the upload.failed event at position {bad} does not decode:"), out.stderr
+    assert "Traceback" not in out.stderr
+    with psycopg.connect(url) as conn:  # the replay's one transaction rolled back
+        assert conn.execute("SELECT position FROM projector_checkpoints WHERE name = 'readmodel'").fetchone() is None

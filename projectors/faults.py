@@ -136,9 +136,10 @@ async def clear(url: str, settings: DatabaseSettings, name: str, attempts: int) 
     log.info("projector_fault_cleared", projector=name, attempts=attempts)
 
 
-def faults_by_name(conn: psycopg.Connection) -> dict[str, tuple]:
-    """For the operator's status: (error, message, where, attempts, first failed, last failed) by name."""
-    rows = conn.execute("SELECT name, error, message, first_position, last_position, kind, attempts,"
-                        " first_failed_at, last_failed_at FROM projector_faults ORDER BY name").fetchall()
-    return {name: (error, message, Fault(error, message, first, last, kind).where(), attempts, since, last_at)
-            for name, error, message, first, last, kind, attempts, since, last_at in rows}
+def faults_of(conn: psycopg.Connection, names) -> list[dict]:
+    """For the operator's status: the faults of `names`, in their order, JSON-ready."""
+    columns = ("name", "error", "message", "first_position", "last_position", "kind", "attempts",
+               "first_failed_at", "last_failed_at")
+    rows = {r[0]: dict(zip(columns, r)) for r in conn.execute(f"SELECT {', '.join(columns)} FROM projector_faults")}
+    return [{**rows[name], "first_failed_at": rows[name]["first_failed_at"].isoformat(),
+             "last_failed_at": rows[name]["last_failed_at"].isoformat()} for name in names if name in rows]

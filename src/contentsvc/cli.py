@@ -264,7 +264,7 @@ def cmd_projector(args, settings: Settings) -> int:
     if args.action == "status":
         from contentsvc.operator.projectors import print_status
 
-        return print_status(_database_url(settings), names, settings.home)
+        return print_status(_database_url(settings), names, settings.home, as_json=args.json)
     kind = _kind_named(PROJECTOR, args.name)
     if kind is None:
         return 2
@@ -288,7 +288,7 @@ def cmd_worker(args, settings: Settings) -> int:
         from contentsvc.operator.workers import print_worker_status
 
         return print_worker_status(_database_url(settings), {
-            name: kind.fold_class() for name, kind in of_role(WORKER).items()})
+            name: kind.fold_class() for name, kind in of_role(WORKER).items()}, as_json=args.json)
     kind = _kind_named(WORKER, args.name)
     return 2 if kind is None else _run_fold(kind, settings)
 
@@ -441,7 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = psub.add_parser("run", parents=[configured], help="run one projector until stopped")
     r.add_argument("name")
     psub.add_parser("list", parents=[configured], help="the projectors there are")
-    psub.add_parser("status", parents=[configured], help="each projector's position and lag")
+    st = psub.add_parser("status", parents=[configured], help="each projector's position and lag, and any fault")
+    st.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     r = psub.add_parser("replay", parents=[configured], help="rebuild a projector's output from position 0")
     r.add_argument("name")
     r.add_argument("--corpus", help="rebuild only this Corpus's projection generation (an Operation, with progress)")
@@ -453,7 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
     r = wsub.add_parser("run", parents=[configured], help="run one worker until stopped")
     r.add_argument("name")
     wsub.add_parser("list", parents=[configured], help="the workers there are")
-    wsub.add_parser("status", parents=[configured], help="whether each worker runs, and the work waiting for it")
+    st = wsub.add_parser("status", parents=[configured], help="whether each worker runs, the work waiting for it,"
+                                                              " and any fault")
+    st.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("gc", parents=[configured],

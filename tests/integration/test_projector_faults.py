@@ -10,6 +10,7 @@ as its kind's (one written by a newer release, or by hand).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -22,6 +23,7 @@ from structlog.testing import capture_logs
 
 from contentsvc.journal.events import JournalEvent
 from contentsvc.operator.projectors import print_status
+from contentsvc.operator.workers import print_worker_status
 from contentsvc.projectors.base import Projector, TableFold
 from contentsvc.projectors.runner import run
 from tests.integration.plugin_processes import CONTENTSVC
@@ -102,6 +104,13 @@ def test_a_failing_event_stops_its_fold_there_and_is_named_until_a_step_gets_pas
             status = status_text(url, tmp_path, capsys)
             assert "tally │ yes" in status and f"position {poison} (upload.failed)" in status, status
             assert "ValueError: cannot fold" in status, status
+            assert print_status(url, ["tally"], tmp_path, as_json=True) == 0
+            document = json.loads(capsys.readouterr().out)
+            assert document["projectors"][0]["running"] and document["projectors"][0]["lag"] == 60 - 39
+            [fault] = document["faults"]
+            assert {k: fault[k] for k in ("name", "error", "first_position", "last_position", "kind")} == {
+                "name": "tally", "error": "ValueError", "first_position": poison, "last_position": poison,
+                "kind": "upload.failed"} and fault["attempts"] >= 2, fault
 
             projector.poisoned.clear()  # the cause is fixed: the next attempt gets past it
             await until(lambda: fault_row(url) is None, "the fault is cleared")
@@ -203,7 +212,7 @@ class FlakyWorker(Projector):
         return False
 
 
-def test_a_worker_fault_on_no_event_is_cleared_only_once_its_steps_keep_succeeding(url):
+def test_a_worker_fault_on_no_event_is_cleared_only_once_its_steps_keep_succeeding(url, capsys):
     # A step that succeeds between two failures does not clear the fault: one traceback, one row
     # whose attempts grow, and the backoff grows with them.
     async def scenario() -> None:
@@ -213,6 +222,11 @@ def test_a_worker_fault_on_no_event_is_cleared_only_once_its_steps_keep_succeedi
         try:
             row = await until(lambda: (r := fault_row(url)) and r[5] == 4 and r, "four attempts")
             assert row[:5] == ("RuntimeError", "the answer cannot be stored", None, None, None)
+            assert print_worker_status(url, {"tally": FlakyWorker}, as_json=True) == 0
+            document = json.loads(capsys.readouterr().out)
+            assert document["workers"] == [{"name": "tally", "position": None, "lag": None, "waiting": None,
+                                            "running": True}]
+            assert [(f["name"], f["first_position"], f["attempts"]) for f in document["faults"]] == [("tally", None, 4)]
             await until(lambda: fault_row(url) is None, "the fault is cleared")
         finally:
             stop.set()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import psycopg
@@ -13,7 +14,7 @@ from rich.table import Table
 from contentsvc.journal import checkpoints
 from contentsvc.journal.store import head as journal_head
 from contentsvc.journal.store import read_after
-from contentsvc.projectors.faults import faults_by_name
+from contentsvc.projectors.faults import Fault, faults_of
 from contentsvc.projectors.runner import instance_lock_id
 from contentsvc.search.generations import Generation, bytes_held
 
@@ -36,55 +37,74 @@ def held_locks(conn: psycopg.Connection) -> set[int]:
         " WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted")}
 
 
-def print_faults(console: Console, faults: dict[str, tuple], names) -> None:
-    """The faults of `names` (projectors/faults.py), when any: each stops its fold until fixed."""
-    shown = [(name, faults[name]) for name in names if name in faults]
-    if not shown:
+def print_faults(console: Console, faults: list[dict]) -> None:
+    """The faults (projectors/faults.py), when any: each stops its fold until a step gets past it."""
+    if not faults:
         return
     table = Table(title="faults (each retries where it stopped until a step gets past it; see its log)")
     for column in ("name", "at", "error", "attempts", "since", "last"):
         table.add_column(column)
-    for name, (error, message, where, attempts, since, last) in shown:
-        table.add_row(name, where or "-", f"{error}: {message}", str(attempts), since.isoformat(), last.isoformat())
+    for f in faults:
+        where = Fault(f["error"], f["message"], f["first_position"], f["last_position"], f["kind"]).where()
+        table.add_row(f["name"], where or "-", f"{f['error']}: {f['message']}", str(f["attempts"]),
+                      f["first_failed_at"], f["last_failed_at"])
     console.print(table)
 
 
-def print_status(url: str, names: list[str], home: Path) -> int:
+def projector_status(url: str, names: list[str], home: Path) -> dict:
+    """What `projector status` shows, as one JSON-ready object."""
     with psycopg.connect(url) as conn:
         head = head_position(conn)
         rows = checkpoints_by_name(conn)
-        faults = faults_by_name(conn)
+        faults = faults_of(conn, names)
         found = [Generation(*r) for r in conn.execute(
             "SELECT generation_id, kind, state, announced FROM search_generations ORDER BY kind, created_at")]
         held = held_locks(conn)
         building = conn.execute(
-            "SELECT org_id || '/' || corpus_id, projection_generation_id, operation_id, versions_done,"
-            " versions_in_scope FROM corpus_projections WHERE state = 'building' ORDER BY accepted_position").fetchall()
+            "SELECT org_id, corpus_id, projection_generation_id, operation_id, versions_done, versions_in_scope"
+            " FROM corpus_projections WHERE state = 'building' ORDER BY accepted_position").fetchall()
     # A retired generation is listed while its files remain (until `contentsvc gc` deletes them).
     shown = [g for g in found if g.state != "retired" or g.path(home).is_dir()]
-    table = Table(title=f"journal head {head}")
+    projectors = []
+    for name in names:
+        # Index projectors keep one checkpoint per generation.
+        for generation in [g for g in shown if g.kind == name] or [None]:
+            position, updated = rows.get(generation.checkpoint_name if generation else name, (0, None))
+            projectors.append({
+                "name": name, "running": instance_lock_id(name) in held,
+                "generation": {"generation_id": generation.generation_id, "state": generation.state,
+                               "bytes": bytes_held(generation.path(home))} if generation else None,
+                "position": position, "lag": head - position,
+                "updated_at": updated.isoformat() if updated else None})
+    return {"journal_head": head, "projectors": projectors, "faults": faults,
+            "building": [dict(zip(("org_id", "corpus_id", "generation_id", "operation_id", "versions_done",
+                                   "versions_in_scope"), row)) for row in building]}
+
+
+def print_status(url: str, names: list[str], home: Path, as_json: bool = False) -> int:
+    status = projector_status(url, names, home)
+    if as_json:
+        print(json.dumps(status))
+        return 0
+    table = Table(title=f"journal head {status['journal_head']}")
     for column in ("projector", "running", "generation", "position", "lag (events)", "bytes", "updated"):
         table.add_column(column)
-    for name in names:
-        running = "yes" if instance_lock_id(name) in held else "no"
-        # Index projectors keep one checkpoint per generation.
-        gens = [g for g in shown if g.kind == name] or [None]
-        for generation in gens:
-            checkpoint = generation.checkpoint_name if generation else name
-            position, updated = rows.get(checkpoint, (0, None))
-            table.add_row(name, running, f"{generation.generation_id} ({generation.state})" if generation else "-",
-                          str(position), str(head - position),
-                          str(bytes_held(generation.path(home))) if generation else "-",
-                          updated.isoformat() if updated else "never")
+    for p in status["projectors"]:
+        generation = p["generation"]
+        table.add_row(p["name"], "yes" if p["running"] else "no",
+                      f"{generation['generation_id']} ({generation['state']})" if generation else "-",
+                      str(p["position"]), str(p["lag"]), str(generation["bytes"]) if generation else "-",
+                      p["updated_at"] or "never")
     console = Console(width=max(Console().width, 140))  # a generation id and its state stay on one line
     console.print(table)
-    print_faults(console, faults, names)
-    if building:
+    print_faults(console, status["faults"])
+    if status["building"]:
         table = Table(title="corpus projection generations being built")
         for column in ("corpus", "generation", "operation", "versions done", "in scope"):
             table.add_column(column)
-        for row in building:
-            table.add_row(*(str(v) for v in row))
+        for b in status["building"]:
+            table.add_row(f"{b['org_id']}/{b['corpus_id']}", b["generation_id"], b["operation_id"],
+                          str(b["versions_done"]), str(b["versions_in_scope"]))
         console.print(table)
     return 0
 

@@ -14,6 +14,8 @@ import json
 import os
 import re
 import subprocess
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
 
 import psycopg
 import pytest
@@ -71,6 +73,24 @@ async def until(condition, what: str, timeout: float = 30.0):
     raise AssertionError(f"timed out waiting until {what}")
 
 
+@asynccontextmanager
+async def running(url: str, projector: Projector, **options) -> AsyncIterator[asyncio.Task]:
+    """The real runner folding with `projector` until the block ends (short retries by default)."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(run(url, projector, stop=stop, **{
+        "poll_seconds": 0.1, "fault_retry_first_seconds": 0.05, **options}))
+    try:
+        yield task
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=30)
+
+
+async def cleared_and_caught_up(url: str, through: int) -> None:
+    await until(lambda: fault_row(url) is None, "the fault is cleared")
+    await until(lambda: checkpoint(url) == through, "the fold catches up")
+
+
 def checkpoint(url: str) -> int:
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT position FROM projector_checkpoints WHERE name = 'tally'").fetchone()
@@ -91,9 +111,7 @@ def test_a_failing_event_stops_its_fold_there_and_is_named_until_a_step_gets_pas
     projector.poisoned = {poison}
 
     async def scenario() -> None:
-        stop = asyncio.Event()
-        task = asyncio.create_task(run(url, projector, poll_seconds=0.1, stop=stop, fault_retry_first_seconds=0.05))
-        try:
+        async with running(url, projector) as task:
             # Retried one event at a time, the fault narrows to the poisoned event; the ones before it are folded.
             row = await until(lambda: (r := fault_row(url)) and r[2] == r[3] and r, "the fault names one event")
             assert row[:5] == ("ValueError", f"cannot fold position {poison}", poison, poison, "upload.failed")
@@ -113,12 +131,8 @@ def test_a_failing_event_stops_its_fold_there_and_is_named_until_a_step_gets_pas
                 "kind": "upload.failed"} and fault["attempts"] >= 2, fault
 
             projector.poisoned.clear()  # the cause is fixed: the next attempt gets past it
-            await until(lambda: fault_row(url) is None, "the fault is cleared")
-            await until(lambda: checkpoint(url) == journal[-1], "the fold catches up")
+            await cleared_and_caught_up(url, journal[-1])
             assert not projector.isolating_fault
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, timeout=30)
 
     with capture_logs() as logs:
         asyncio.run(scenario())
@@ -148,10 +162,7 @@ def test_an_event_that_does_not_decode_is_named_and_folded_once_it_does(url):
         rewrite_payload(conn, bad, {"upload": 1})
 
     async def scenario() -> None:
-        stop = asyncio.Event()
-        task = asyncio.create_task(run(url, PoisonedTally(), poll_seconds=0.1, stop=stop,
-                                       fault_retry_first_seconds=0.05))
-        try:
+        async with running(url, PoisonedTally()):
             row = await until(lambda: fault_row(url), "the fault is recorded")
             assert row[0] == "UndecodableEvent" and row[2:5] == (bad, bad, "upload.failed"), row
             assert f"upload.failed event at position {bad} does not decode" in row[1]
@@ -161,11 +172,7 @@ def test_an_event_that_does_not_decode_is_named_and_folded_once_it_does(url):
             assert checkpoint(url) == journal[3] and fault_row(url)[:5] == row[:5]
             with psycopg.connect(url, autocommit=True) as conn:  # as a release that reads it would
                 rewrite_payload(conn, bad, good)
-            await until(lambda: fault_row(url) is None, "the fault is cleared")
-            await until(lambda: checkpoint(url) == journal[-1], "the fold catches up")
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, timeout=30)
+            await cleared_and_caught_up(url, journal[-1])
 
     asyncio.run(scenario())
     assert asyncio.run(tally_counts(url)) == (10, 10, journal[-1])
@@ -180,14 +187,8 @@ def test_a_fault_recorded_before_a_start_is_cleared_by_the_first_step_past_it(ur
                      (journal[2], journal[2]))
 
     async def scenario() -> None:
-        stop = asyncio.Event()
-        task = asyncio.create_task(run(url, PoisonedTally(), poll_seconds=0.1, stop=stop))
-        try:
-            await until(lambda: fault_row(url) is None, "the fault is cleared")
-            await until(lambda: checkpoint(url) == journal[-1], "the fold catches up")
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, timeout=30)
+        async with running(url, PoisonedTally()):
+            await cleared_and_caught_up(url, journal[-1])
 
     asyncio.run(scenario())
     assert asyncio.run(tally_counts(url)) == (5, 5, journal[-1])
@@ -216,10 +217,8 @@ def test_a_worker_fault_on_no_event_is_cleared_only_once_its_steps_keep_succeedi
     # A step that succeeds between two failures does not clear the fault: one traceback, one row
     # whose attempts grow, and the backoff grows with them.
     async def scenario() -> None:
-        stop = asyncio.Event()
-        task = asyncio.create_task(run(url, FlakyWorker(failures=4), poll_seconds=0.02, stop=stop,
-                                       fault_retry_first_seconds=0.02, fault_settled_seconds=1.0))
-        try:
+        async with running(url, FlakyWorker(failures=4), poll_seconds=0.02, fault_retry_first_seconds=0.02,
+                           fault_settled_seconds=1.0):
             row = await until(lambda: (r := fault_row(url)) and r[5] == 4 and r, "four attempts")
             assert row[:5] == ("RuntimeError", "the answer cannot be stored", None, None, None)
             assert print_worker_status(url, {"tally": FlakyWorker}, as_json=True) == 0
@@ -228,9 +227,6 @@ def test_a_worker_fault_on_no_event_is_cleared_only_once_its_steps_keep_succeedi
                                             "running": True}]
             assert [(f["name"], f["first_position"], f["attempts"]) for f in document["faults"]] == [("tally", None, 4)]
             await until(lambda: fault_row(url) is None, "the fault is cleared")
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, timeout=30)
 
     with capture_logs() as logs:
         asyncio.run(scenario())

@@ -5,8 +5,8 @@ cannot fold (one written by a newer release, or by hand). A fold cannot go past 
 event would leave its output wrong for good, and a later release (or a repaired database) folds
 it. So the runner (projectors/runner.py) keeps the fold where it is and says so:
 
-- the first failure is logged `projector_faulted` with its traceback, each later one
-  `projector_fault_persists` without it;
+- the first failure a process meets is logged `projector_faulted` with its traceback, each later
+  one `projector_fault_persists` without it;
 - the fault is a row of `projector_faults`, shown by `contentsvc projector status` and `worker
   status`: the error, the events of the failing step (their positions, and their kind when they
   share one), the attempts and since when;
@@ -102,12 +102,20 @@ async def _own_connection(url: str, settings: DatabaseSettings, name: str) -> As
         yield conn
 
 
+def retry_delay(attempt: int, first_seconds: float = RETRY_FIRST_SECONDS) -> float:
+    """Seconds before the retry that follows failed attempt `attempt` (1, 2, ...): doubling from
+    `first_seconds`, at most RETRY_CAP_SECONDS (the exponent bounded too: a fault of days counts
+    thousands of attempts, and 2.0 ** 1100 is no float)."""
+    return min(first_seconds * 2.0 ** min(attempt - 1, 30), RETRY_CAP_SECONDS)
+
+
 async def record(url: str, settings: DatabaseSettings, name: str, fault: Fault, attempt: int,
-                 exc: Exception) -> None:
-    """Logs the fault and writes its row."""
+                 exc: Exception, traced: bool) -> None:
+    """Logs the fault (its traceback when this process has not yet: `traced` false) and writes
+    its row."""
     fields = dict(projector=name, error=fault.error, message=fault.message, position=fault.first_position,
                   through=fault.last_position, kind=fault.kind, attempt=attempt)
-    if attempt == 1:
+    if not traced:
         log.error("projector_faulted", **fields, exc_info=exc)
     else:
         log.warning("projector_fault_persists", **fields)

@@ -298,6 +298,7 @@ async def run(
     delay = retry_first_seconds
     fault: Fault | None = None  # the failure the fold retries, until a step gets past it
     attempts, failed_at = 0, time.monotonic()
+    traced = False  # whether this process logged the fault's traceback yet
     while not stop.is_set():
         try:
             # One connection both listens and works: PostgreSQL delivers a notification to a
@@ -332,7 +333,7 @@ async def run(
                         if fault is not None and fault.passed(projector.folded_through,
                                                               time.monotonic() - failed_at, fault_settled_seconds):
                             await faults.clear(url, settings, projector.name, attempts)
-                            fault, attempts, projector.isolating_fault = None, 0, False
+                            fault, attempts, projector.isolating_fault, traced = None, 0, False, False
                         if more and burst.rests:  # whether ingests arrived during the step
                             await _take_notifications(work, burst)
                         now = time.monotonic()
@@ -352,11 +353,11 @@ async def run(
                     projector.isolating_fault = fault.at_events  # the next steps read one event at a time
                     if not projector.runs_beside_steps:  # else the open transaction is a run's
                         await work.rollback()  # nothing the failed step began stays locked through the wait
-                    await faults.record(url, settings, projector.name, fault, attempts, exc)
+                    await faults.record(url, settings, projector.name, fault, attempts, exc, traced=traced)
+                    traced = True
                     # Holding its lock meanwhile (it still runs); then the fold reopens on a new
                     # connection, as after an outage (projectors/faults.py).
-                    await _sleep_unless_stopped(min(fault_retry_first_seconds * 2 ** (attempts - 1),
-                                                    faults.RETRY_CAP_SECONDS), stop)
+                    await _sleep_unless_stopped(faults.retry_delay(attempts, fault_retry_first_seconds), stop)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if not connection_lost(exc):
                 raise

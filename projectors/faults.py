@@ -31,7 +31,7 @@ from psycopg import AsyncConnection
 
 from contentsvc.config.settings import DatabaseSettings
 from contentsvc.journal.store import UndecodableEvent
-from contentsvc.logging import get_logger
+from contentsvc.logging import get_logger, safe_message
 from contentsvc.projectors.base import Projector
 from contentsvc.storage.availability import connection_options
 from contentsvc.storage.text import storable
@@ -59,7 +59,7 @@ class Fault:
     @classmethod
     def of(cls, projector: Projector, exc: Exception) -> "Fault":
         """The fault `exc` is, at the events the projector was folding (or could not decode)."""
-        message = storable(str(exc) or repr(exc))[:MESSAGE_CHARS]
+        message = storable(safe_message(exc) or repr(exc))[:MESSAGE_CHARS]  # no value a database error quotes
         if isinstance(exc, UndecodableEvent):
             return cls(type(exc).__name__, message, exc.position, exc.position, exc.kind)
         events = projector.folding

@@ -37,9 +37,10 @@ def _is_database_error(exc: BaseException) -> bool:
     return type(exc).__module__.split(".")[0] in ("psycopg", "psycopg_pool")
 
 
-def _safe_message(exc: BaseException) -> str:
-    # A PostgreSQL error's text may quote a value (`Key (name)=(...) already exists`):
-    # its type and SQLSTATE say what happened without it.
+def safe_message(exc: BaseException) -> str:
+    """An exception's words as a log line (or a stored fault) may carry them. A PostgreSQL
+    error's text may quote a value (`Key (name)=(...) already exists`): its type and SQLSTATE
+    say what happened without it."""
     if _is_database_error(exc):
         sqlstate = getattr(exc, "sqlstate", None)
         return f"sqlstate {sqlstate}" if sqlstate else "(message withheld)"
@@ -71,7 +72,7 @@ def describe_exception(exc: BaseException) -> str:
             parts.extend(traceback.format_tb(item.__traceback__))
         name = type(item).__qualname__
         module = type(item).__module__
-        parts.append(f"{name if module == 'builtins' else module + '.' + name}: {_safe_message(item)}")
+        parts.append(f"{name if module == 'builtins' else module + '.' + name}: {safe_message(item)}")
     return "".join(parts)
 
 
@@ -90,7 +91,7 @@ def _render_exception(_logger, _method, event_dict):
             for item in filter(_is_database_error, _chain(exc_info)):
                 for text in (repr(item), str(item)):
                     if text:
-                        event = event.replace(text, f"{type(item).__name__}({_safe_message(item)})")
+                        event = event.replace(text, f"{type(item).__name__}({safe_message(item)})")
             event_dict["event"] = event
     event_dict.pop("stack_info", None)
     return event_dict

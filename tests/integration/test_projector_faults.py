@@ -24,6 +24,7 @@ from psycopg.types.json import Jsonb
 from structlog.testing import capture_logs
 
 from contentsvc.journal.events import JournalEvent
+from contentsvc.logging import describe_exception
 from contentsvc.operator.projectors import print_status
 from contentsvc.operator.workers import print_worker_status
 from contentsvc.projectors.base import Projector, TableFold
@@ -32,18 +33,26 @@ from tests.integration.plugin_processes import CONTENTSVC
 from tests.integration.test_projector_contract import append_events, tally_counts, tally_database
 
 
+def quoted_value(position: int) -> str:
+    """A value a database error quotes (made at run time: a traceback shows the source's lines)."""
+    return f"stored-value-{position * 7919}"
+
+
 class PoisonedTally(TableFold):
     """Writes each event's position into `tally`, and fails on the positions in `poisoned`."""
 
     name = "tally"
     batch_size = 25
 
-    def __init__(self) -> None:
+    def __init__(self, quoting_database_error: bool = False) -> None:
         self.poisoned: set[int] = set()
+        self.quoting_database_error = quoting_database_error
 
     async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
         await conn.execute("INSERT INTO tally (position) SELECT unnest(%s::bigint[])", ([e.position for e in events],))
         bad = self.poisoned.intersection(e.position for e in events)
+        if bad and self.quoting_database_error:  # PostgreSQL's words quote the value
+            await (await conn.execute("SELECT %s::text::int", (quoted_value(min(bad)),))).fetchone()
         if bad:
             raise ValueError(f"cannot fold position {min(bad)}")
 
@@ -144,6 +153,28 @@ def test_a_failing_event_stops_its_fold_there_and_is_named_until_a_step_gets_pas
     assert first["exc_info"] and first["position"] == journal[25] and first["through"] == journal[49]
     assert all("exc_info" not in e for e in logs if e["event"] == "projector_fault_persists")
     assert "faults" not in status_text(url, tmp_path, capsys)
+
+
+def test_a_database_error_is_recorded_by_its_type_and_sqlstate_never_by_the_value_it_quotes(url):
+    # README "Logs": a database error is logged by its type and SQLSTATE; a fault is stored alike
+    asyncio.run(append_events(url, 3))
+    journal = positions(url)
+    projector = PoisonedTally(quoting_database_error=True)
+    projector.poisoned = {journal[1]}
+
+    async def scenario() -> None:
+        async with running(url, projector):
+            row = await until(lambda: (r := fault_row(url)) and r[2] == r[3] and r, "the fault names one event")
+            assert row[:5] == ("InvalidTextRepresentation", "sqlstate 22P02", journal[1], journal[1], "upload.failed")
+            projector.poisoned.clear()
+            await cleared_and_caught_up(url, journal[-1])
+
+    with capture_logs() as logs:
+        asyncio.run(scenario())
+    faulted = [e for e in logs if e["event"] in ("projector_faulted", "projector_fault_persists")]
+    assert faulted and all(e["message"] == "sqlstate 22P02" for e in faulted), faulted
+    [traced] = [e for e in faulted if "exc_info" in e]  # rendered as the log's `exception` field
+    assert quoted_value(journal[1]) not in describe_exception(traced["exc_info"])
 
 
 def rewrite_payload(conn: psycopg.Connection, position: int, payload: dict) -> None:

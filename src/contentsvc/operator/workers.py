@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from contentsvc.operator.projectors import checkpoints_by_name, head_position, held_locks, print_faults
-from contentsvc.projectors.faults import faults_of
 from contentsvc.projectors.base import Projector
+from contentsvc.projectors.faults import faults_of
 from contentsvc.projectors.runner import instance_lock_id, runner_application_name
 
 

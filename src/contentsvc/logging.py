@@ -38,7 +38,7 @@ def _is_database_error(exc: BaseException) -> bool:
 
 
 def safe_message(exc: BaseException) -> str:
-    """An exception's words as a log line (or a stored fault) may carry them. A PostgreSQL
+    """The words of an exception that a log line (or a stored fault) may carry. A PostgreSQL
     error's text may quote a value (`Key (name)=(...) already exists`): its type and SQLSTATE
     say what happened without it."""
     if _is_database_error(exc):

@@ -246,10 +246,11 @@ class FlakyWorker(Projector):
 
 def test_a_worker_fault_on_no_event_is_cleared_only_once_its_steps_keep_succeeding(url, capsys):
     # A step that succeeds between two failures does not clear the fault: one traceback, one row
-    # whose attempts grow, and the backoff grows with them.
+    # whose attempts grow, and the backoff grows with them. (Settled after 3 s here, not a minute:
+    # far above the few milliseconds between a retry and the next failure, even on a loaded machine.)
     async def scenario() -> None:
         async with running(url, FlakyWorker(failures=4), poll_seconds=0.02, fault_retry_first_seconds=0.02,
-                           fault_settled_seconds=1.0):
+                           fault_settled_seconds=3.0):
             row = await until(lambda: (r := fault_row(url)) and r[5] == 4 and r, "four attempts")
             assert row[:5] == ("RuntimeError", "the answer cannot be stored", None, None, None)
             assert print_worker_status(url, {"tally": FlakyWorker}, as_json=True) == 0

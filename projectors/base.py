@@ -111,9 +111,9 @@ class Projector(ABC):
     # a step. The runner resets both before each step.
     folding: tuple[JournalEvent, ...] = ()
     folded_through: int = 0
-    # Set by the runner after a step failed on events, until a step gets past them: steps then
-    # read one event at a time, so that the fault names the one event the fold stops at.
-    isolating_fault: bool = False
+    # Set by the runner after a step failed on events, to the first of them, until a step gets
+    # past them (`batch_bounds`): the fault then names the one event the fold stops at.
+    isolating_from: int | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Projector":
@@ -129,13 +129,23 @@ class Projector(ABC):
 
     @property
     def step_size(self) -> int:
-        """Positions the next step reads: one while a fault is isolated, fewer while ingests keep
-        arriving (contended_batch_size)."""
-        if self.isolating_fault:
-            return 1
+        """Positions the next step reads: fewer while ingests keep arriving (contended_batch_size)."""
         if self.ingests_arriving and self.contended_batch_size:
             return self.contended_batch_size
         return self.batch_size
+
+    def batch_bounds(self, position: int) -> tuple[int, int | None]:
+        """The size of the batch after `position` and the last position it may reach. While a
+        fault's events are isolated, the events before them are read in full batches ending just
+        before them (not decoding them, nor failing with them), then those events one at a time:
+        a fold that reopens further back (a lost index refolded from 0) goes at full speed until
+        it reaches them."""
+        first = self.isolating_from
+        if first is None:
+            return self.step_size, None
+        if position + 1 >= first:
+            return 1, None
+        return self.step_size, first - 1
 
     async def open(self, conn: AsyncConnection) -> None:
         """Load what the fold keeps between batches. Called with the single-instance lock held,
@@ -163,15 +173,19 @@ class Projector(ABC):
 SPARSE_SCAN = 16
 
 
-async def next_batch(conn: AsyncConnection, position: int, size: int, kinds: frozenset[str] | None
-                     ) -> tuple[list[JournalEvent], int, bool]:
-    """The next batch after `position`: its events (of `kinds` alone, when given), the position
-    it reaches, and whether the journal holds more. A fold that reads a few kinds moves `size`
-    positions at a time, and past a stretch holding none of them up to the next one it reads."""
+async def next_batch(conn: AsyncConnection, position: int, size: int, kinds: frozenset[str] | None,
+                     at_most: int | None = None) -> tuple[list[JournalEvent], int, bool]:
+    """The next batch after `position`, reaching `at_most` at the furthest: its events (of
+    `kinds` alone, when given), the position it reaches, and whether the journal holds more. A
+    fold that reads a few kinds moves `size` positions at a time, and past a stretch holding none
+    of them up to the next one it reads."""
     if kinds is None:
-        events = await read_after(conn, position, size)
+        events = await read_after(conn, position, size, None, at_most)
+        if at_most is not None and len(events) < size:  # every event up to the bound was read
+            return events, at_most, True
         return events, events[-1].position if events else position, len(events) == size
-    last = await journal_head(conn)
+    head = await journal_head(conn)
+    last = head if at_most is None else min(head, at_most)
     through = min(last, position + size)
     if through == position:
         return [], position, False
@@ -181,7 +195,7 @@ async def next_batch(conn: AsyncConnection, position: int, size: int, kinds: fro
         reach = min(last, position + SPARSE_SCAN * size)
         following = await first_position(conn, through, wanted, reach)
         through = reach if following is None else following - 1
-    return events, through, through < last
+    return events, through, through < head
 
 
 class PeriodicWorker(Projector):
@@ -223,7 +237,8 @@ class TableFold(Projector):
         # replay and this fold from interleaving.
         async with journal_transaction(conn):
             position = await checkpoints.position(conn, self.name)
-            events, through, more = await next_batch(conn, position, self.step_size, self.reads)
+            size, at_most = self.batch_bounds(position)
+            events, through, more = await next_batch(conn, position, size, self.reads, at_most)
             if through == position:
                 self.folded_through = position
                 return False
@@ -288,7 +303,8 @@ class ExternalFold(Projector):
 
     async def step(self, conn: AsyncConnection) -> bool:
         async with conn.transaction():
-            events, through, more = await next_batch(conn, self.position, self.step_size, self.reads)
+            size, at_most = self.batch_bounds(self.position)
+            events, through, more = await next_batch(conn, self.position, size, self.reads, at_most)
         moved = through > self.position
         self.journal_has_more = more
         if events:

@@ -11,9 +11,9 @@ it. So the runner (projectors/runner.py) keeps the fold where it is and says so:
   status`: the error, the events of the failing step (their positions, and their kind when they
   share one), the attempts and since when;
 - the runner retries after 1 s, doubling up to a minute, on a new connection; after a step that
-  failed on events it reads one event per step until it is past them
-  (`Projector.isolating_fault`): the events before the one that fails are folded, and the row
-  then names that one event;
+  failed on events it reads them one per step until it is past them (and what comes before them
+  in full batches: `Projector.batch_bounds`): the events before the one that fails are folded,
+  and the row then names that one event;
 - the first step that gets past those events (or, for a step that failed on none, the steps of a
   minute that all succeed) deletes the row and logs `projector_fault_cleared`.
 

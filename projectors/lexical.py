@@ -163,7 +163,7 @@ class LexicalProjector(GenerationFold):
         started = time.monotonic()
         versions = _versions(batches[0][0])
         applied = False
-        while self.journal_has_more and not self.isolating_fault and versions < self.GATHER_VERSIONS \
+        while self.journal_has_more and self.isolating_from is None and versions < self.GATHER_VERSIONS \
                 and time.monotonic() - started < self.GATHER_SECONDS:
             last_events, last, last_decisions = batches[-1]
             async with conn.transaction():

@@ -318,7 +318,7 @@ async def run(
                         # A fault recorded before this start (a fixed release, or the same fault
                         # again) stays until a step gets past it.
                         fault, attempts = await faults.recorded(work, projector.name)
-                        projector.isolating_fault = fault is not None and fault.at_events
+                        projector.isolating_from = fault.first_position if fault else None
                         freeze_start_up_heap()
                         if niceness:
                             _renice(niceness)
@@ -333,7 +333,7 @@ async def run(
                         if fault is not None and fault.passed(projector.folded_through,
                                                               time.monotonic() - failed_at, fault_settled_seconds):
                             await faults.clear(url, settings, projector.name, attempts)
-                            fault, attempts, projector.isolating_fault, traced = None, 0, False, False
+                            fault, attempts, projector.isolating_from, traced = None, 0, None, False
                         if more and burst.rests:  # whether ingests arrived during the step
                             await _take_notifications(work, burst)
                         now = time.monotonic()
@@ -350,7 +350,7 @@ async def run(
                     if connection_lost(exc):
                         raise
                     fault, attempts, failed_at = Fault.of(projector, exc), attempts + 1, time.monotonic()
-                    projector.isolating_fault = fault.at_events  # the next steps read one event at a time
+                    projector.isolating_from = fault.first_position  # see Projector.batch_bounds
                     if not projector.runs_beside_steps:  # else the open transaction is a run's
                         await work.rollback()  # nothing the failed step began stays locked through the wait
                     await faults.record(url, settings, projector.name, fault, attempts, exc, traced=traced)

@@ -23,14 +23,16 @@ from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 from structlog.testing import capture_logs
 
-from contentsvc.journal.events import JournalEvent
+from contentsvc.journal import checkpoints
+from contentsvc.journal.events import UPLOAD_FAILED, JournalEvent
 from contentsvc.logging import describe_exception
 from contentsvc.operator.projectors import print_status
 from contentsvc.operator.workers import print_worker_status
 from contentsvc.projectors.base import Projector, TableFold
 from contentsvc.projectors.runner import run
 from tests.integration.plugin_processes import CONTENTSVC
-from tests.integration.test_projector_contract import append_events, tally_counts, tally_database
+from tests.integration.test_projector_contract import (FailedUploadsIndexed, FailedUploadsTally, append_events, head,
+                                                       received_upload, tally_counts, tally_database)
 
 
 def quoted_value(position: int) -> str:
@@ -47,8 +49,10 @@ class PoisonedTally(TableFold):
     def __init__(self, quoting_database_error: bool = False) -> None:
         self.poisoned: set[int] = set()
         self.quoting_database_error = quoting_database_error
+        self.batches: list[int] = []  # the size of each batch applied, failed ones included
 
     async def apply(self, conn: AsyncConnection, events: list[JournalEvent]) -> None:
+        self.batches.append(len(events))
         await conn.execute("INSERT INTO tally (position) SELECT unnest(%s::bigint[])", ([e.position for e in events],))
         bad = self.poisoned.intersection(e.position for e in events)
         if bad and self.quoting_database_error:  # PostgreSQL's words quote the value
@@ -141,7 +145,7 @@ def test_a_failing_event_stops_its_fold_there_and_is_named_until_a_step_gets_pas
 
             projector.poisoned.clear()  # the cause is fixed: the next attempt gets past it
             await cleared_and_caught_up(url, journal[-1])
-            assert not projector.isolating_fault
+            assert projector.isolating_from is None
 
     with capture_logs() as logs:
         asyncio.run(scenario())
@@ -210,19 +214,23 @@ def test_an_event_that_does_not_decode_is_named_and_folded_once_it_does(url):
 
 
 def test_a_fault_recorded_before_a_start_is_cleared_by_the_first_step_past_it(url):
-    asyncio.run(append_events(url, 5))
+    # A fold that starts (or reopens) before a fault's events goes at full batches up to them, then
+    # takes them one at a time, then full batches again once past them.
+    asyncio.run(append_events(url, 60))
     journal = positions(url)
     with psycopg.connect(url, autocommit=True) as conn:  # left by a process stopped while faulted
         conn.execute("INSERT INTO projector_faults (name, error, message, first_position, last_position, kind)"
                      " VALUES ('tally', 'ValueError', 'an old defect', %s, %s, 'upload.failed')",
-                     (journal[2], journal[2]))
+                     (journal[29], journal[29]))
+    projector = PoisonedTally()
 
     async def scenario() -> None:
-        async with running(url, PoisonedTally()):
+        async with running(url, projector):
             await cleared_and_caught_up(url, journal[-1])
 
     asyncio.run(scenario())
-    assert asyncio.run(tally_counts(url)) == (5, 5, journal[-1])
+    assert asyncio.run(tally_counts(url)) == (60, 60, journal[-1])
+    assert projector.batches == [25, 4, 1, 25, 5]
 
 
 class FlakyWorker(Projector):
@@ -283,3 +291,31 @@ def test_a_replay_reaching_an_event_that_does_not_decode_names_it_and_changes_no
     assert "Traceback" not in out.stderr
     with psycopg.connect(url) as conn:  # the replay's one transaction rolled back
         assert conn.execute("SELECT position FROM projector_checkpoints WHERE name = 'readmodel'").fetchone() is None
+
+
+@pytest.mark.parametrize("fold", [FailedUploadsTally, FailedUploadsIndexed])
+def test_a_fold_reading_a_few_kinds_isolates_a_fault_the_same_way(url, fold):
+    # Projector.batch_bounds with next_batch's sparse scan: up to just before the fault's event,
+    # that event alone, then on; every event it reads folded once, the others passed.
+    async def scenario():
+        await append_events(url, 10)
+        await append_events(url, 60, received_upload)
+        await append_events(url, 30)
+        await append_events(url, 3, received_upload)
+        async with await AsyncConnection.connect(url) as conn:
+            cur = await conn.execute("SELECT position FROM journal WHERE kind = %s ORDER BY position", (UPLOAD_FAILED,))
+            failed = [r[0] for r in await cur.fetchall()]
+            projector = fold()
+            projector.isolating_from = failed[24]  # as the runner sets it after a failure there
+            await projector.open(conn)
+            reached = []
+            while await projector.step(conn):
+                reached.append(await checkpoints.position(conn, projector.name))
+                assert len(reached) < 20
+            reached.append(await checkpoints.position(conn, projector.name))
+            folded = (await (await conn.execute("SELECT array_agg(position ORDER BY position) FROM tally")).fetchone())[0]
+            return failed, folded, reached, await head(conn)
+
+    failed, folded, reached, last = asyncio.run(scenario())
+    assert folded == failed and reached[-1] == last
+    assert failed[24] - 1 in reached and reached[reached.index(failed[24] - 1) + 1] == failed[24], reached

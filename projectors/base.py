@@ -179,13 +179,17 @@ async def next_batch(conn: AsyncConnection, position: int, size: int, kinds: fro
     `kinds` alone, when given), the position it reaches, and whether the journal holds more. A
     fold that reads a few kinds moves `size` positions at a time, and past a stretch holding none
     of them up to the next one it reads."""
-    if kinds is None:
-        events = await read_after(conn, position, size, None, at_most)
-        if at_most is not None and len(events) < size:  # every event up to the bound was read
-            return events, at_most, True
+    if kinds is None and at_most is None:
+        events = await read_after(conn, position, size)
         return events, events[-1].position if events else position, len(events) == size
+    # The head is read first: an event appended after it has a higher position (journal/store.py).
     head = await journal_head(conn)
     last = head if at_most is None else min(head, at_most)
+    if kinds is None:
+        events = await read_after(conn, position, size, None, last)
+        if len(events) == size:
+            return events, events[-1].position, True
+        return events, last, last < head  # every event up to `last` was read
     through = min(last, position + size)
     if through == position:
         return [], position, False

@@ -319,3 +319,21 @@ def test_a_fold_reading_a_few_kinds_isolates_a_fault_the_same_way(url, fold):
     failed, folded, reached, last = asyncio.run(scenario())
     assert folded == failed and reached[-1] == last
     assert failed[24] - 1 in reached and reached[reached.index(failed[24] - 1) + 1] == failed[24], reached
+
+
+def test_a_fault_bound_past_the_journal_head_never_moves_the_checkpoint_past_it(url):
+    # next_batch reads the head before the events: a bound beyond it (a fault row naming a
+    # position no event holds yet) must not let the checkpoint skip the events appended later.
+    asyncio.run(append_events(url, 5))
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO projector_faults (name, error, message, first_position, last_position)"
+                     " VALUES ('tally', 'ValueError', 'a stray row', 1000000, 1000000)")
+
+    async def scenario() -> None:
+        async with running(url, PoisonedTally()):
+            await until(lambda: checkpoint(url) == positions(url)[-1], "the fold reaches the head")
+            await append_events(url, 5)
+            await until(lambda: checkpoint(url) == positions(url)[-1], "the fold folds what came after")
+
+    asyncio.run(scenario())
+    assert asyncio.run(tally_counts(url)) == (10, 10, positions(url)[-1])

@@ -261,14 +261,17 @@ def json_lines(path: Path) -> list[dict]:
 
 
 def status_table_rows(stdout: str, named_by: str = "projector") -> list[dict[str, str]]:
-    """The rows of the table of `contentsvc projector status` (or of `worker status`, `named_by`
-    "worker"), by column title (the title row is drawn with "┃", the rows with "│"; a wrapped
-    cell's continuation rows have no name)."""
+    """The rows of the first table of `contentsvc projector status` (or of `worker status`,
+    `named_by` "worker"), by column title (the title row is drawn with "┃", the rows with "│"; a
+    wrapped cell's continuation rows have no name). The tables beneath it (faults, generations
+    being built) are not read: the first ends at its bottom rule ("└")."""
     def cells(line: str, rule: str) -> list[str]:
         return [cell.strip() for cell in line.split(rule)[1:-1]]
 
-    titles = next(cells(line, "┃") for line in stdout.splitlines() if "┃" in line)
-    rows = [dict(zip(titles, cells(line, "│"))) for line in stdout.splitlines() if "│" in line]
+    lines = stdout.splitlines()
+    first = lines[:next((i for i, line in enumerate(lines) if line.startswith("└")), len(lines))]
+    titles = next(cells(line, "┃") for line in first if "┃" in line)
+    rows = [dict(zip(titles, cells(line, "│"))) for line in first if "│" in line]
     return [row for row in rows if row[named_by]]
 
 

@@ -30,6 +30,7 @@ from contentsvc.operator.projectors import print_status
 from contentsvc.operator.workers import print_worker_status
 from contentsvc.projectors.base import Projector, TableFold
 from contentsvc.projectors.runner import run
+from tests.conftest import status_table_rows
 from tests.integration.plugin_processes import CONTENTSVC
 from tests.integration.test_projector_contract import (FailedUploadsIndexed, FailedUploadsTally, append_events, head,
                                                        received_upload, tally_counts, tally_database)
@@ -112,7 +113,9 @@ def checkpoint(url: str) -> int:
 
 def status_text(url: str, tmp_path, capsys) -> str:
     assert print_status(url, ["tally"], tmp_path) == 0
-    return re.sub(r"\s+", " ", capsys.readouterr().out)
+    out = capsys.readouterr().out
+    assert [row["projector"] for row in status_table_rows(out)] == ["tally"]  # the faults table is its own
+    return re.sub(r"\s+", " ", out)
 
 
 def test_a_failing_event_stops_its_fold_there_and_is_named_until_a_step_gets_past_it(url, tmp_path, capsys):

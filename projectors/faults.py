@@ -8,8 +8,9 @@ it. So the runner (projectors/runner.py) keeps the fold where it is and says so:
 - the first failure a process meets is logged `projector_faulted` with its traceback, each later
   one `projector_fault_persists` without it;
 - the fault is a row of `projector_faults`, shown by `contentsvc projector status` and `worker
-  status`: the error, the events of the failing step (their positions, and their kind when they
-  share one), the attempts and since when;
+  status`: the error (a database error by its type and SQLSTATE, never the text, which may quote a
+  stored value), the events of the failing step (their positions, and their kind when they share
+  one), the attempts and since when;
 - the runner retries after 1 s, doubling up to a minute, on a new connection; after a step that
   failed on events it reads them one per step until it is past them (and what comes before them
   in full batches: `Projector.batch_bounds`): the events before the one that fails are folded,

@@ -61,7 +61,7 @@ def runner_application_name(name: str) -> str:
 
 def connection_lost(exc: BaseException) -> bool:
     """The server went away or refused us (shutdown, terminated backend, network): worth
-    waiting out. Any other database error is a bug or a conflict, and ends the process."""
+    waiting out. Any other database error is a bug or a conflict: a fault (projectors/faults.py)."""
     return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) and unreachable(exc)
 
 

@@ -23,6 +23,7 @@ The other projectors and workers go on: a fault stops one fold, never the deploy
 
 from __future__ import annotations
 
+import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import AsyncIterator
@@ -33,6 +34,7 @@ from psycopg import AsyncConnection
 from contentsvc.config.settings import DatabaseSettings
 from contentsvc.journal.store import UndecodableEvent
 from contentsvc.logging import get_logger, safe_message
+from contentsvc.plugins.client import BACKOFF_CAP_SECONDS, backoff_delay
 from contentsvc.projectors.base import Projector
 from contentsvc.storage.availability import connection_options
 from contentsvc.storage.text import storable
@@ -40,7 +42,9 @@ from contentsvc.storage.text import storable
 log = get_logger("contentsvc.projector")
 
 RETRY_FIRST_SECONDS = 1.0
-RETRY_CAP_SECONDS = 60.0
+RETRY_CAP_SECONDS = BACKOFF_CAP_SECONDS  # a minute
+# The unit at which backoff_delay's jitter factor is exactly 1.
+NO_JITTER = 0.5
 # A fault on no event is over once steps have succeeded this long after it: a step that succeeds
 # may not have retried the failing work yet (a worker's call in flight), and clearing at once
 # would record the same fault afresh, traceback and shortest backoff included, at every retry.
@@ -94,55 +98,84 @@ class Fault:
         return f"{at} ({self.kind})" if self.kind else at
 
 
-@asynccontextmanager
-async def _own_connection(url: str, settings: DatabaseSettings, name: str) -> AsyncIterator[AsyncConnection]:
-    """A short connection of its own for the fault's row: the fold's connection may be inside a
-    transaction of work beside its steps (a Connector run's page), which this row must not join."""
-    async with await AsyncConnection.connect(url, autocommit=True, **connection_options(
-            settings, f"contentsvc fault {name}", bounded_statements=True)) as conn:
-        yield conn
-
-
 def retry_delay(attempt: int, first_seconds: float = RETRY_FIRST_SECONDS) -> float:
-    """Seconds before the retry that follows failed attempt `attempt` (1, 2, ...): doubling from
-    `first_seconds`, at most RETRY_CAP_SECONDS (the exponent bounded too: a fault of days counts
-    thousands of attempts, and 2.0 ** 1100 is no float)."""
-    return min(first_seconds * 2.0 ** min(attempt - 1, 30), RETRY_CAP_SECONDS)
+    """Seconds before the retry that follows failed attempt `attempt` (1, 2, ...): the plugin
+    client's backoff without its jitter (doubling, its exponent bounded: a fault of days counts
+    thousands of attempts, and 2.0 ** 1100 is no float), from `first_seconds`, at most
+    RETRY_CAP_SECONDS."""
+    return min(first_seconds * backoff_delay(attempt, NO_JITTER), RETRY_CAP_SECONDS)
 
 
-async def record(url: str, settings: DatabaseSettings, name: str, fault: Fault, attempt: int,
-                 exc: Exception, traced: bool) -> None:
-    """Logs the fault (its traceback when this process has not yet: `traced` false) and writes
-    its row."""
-    fields = dict(projector=name, error=fault.error, message=fault.message, position=fault.first_position,
-                  through=fault.last_position, kind=fault.kind, attempt=attempt)
-    if not traced:
-        log.error("projector_faulted", **fields, exc_info=exc)
-    else:
-        log.warning("projector_fault_persists", **fields)
-    async with _own_connection(url, settings, name) as conn:
-        await conn.execute(
-            "INSERT INTO projector_faults (name, error, message, first_position, last_position, kind)"
-            " VALUES (%s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (name) DO UPDATE SET error = excluded.error, message = excluded.message,"
-            " first_position = excluded.first_position, last_position = excluded.last_position,"
-            " kind = excluded.kind, attempts = projector_faults.attempts + 1, last_failed_at = now()",
-            (name, fault.error, fault.message, fault.first_position, fault.last_position, fault.kind))
+class Retrying:
+    """The fault a runner's fold retries, if any, from its first failure until a step gets past it:
+    what is logged and written at each failure, how long to wait, when it is over."""
 
+    def __init__(self, url: str, settings: DatabaseSettings, projector: Projector,
+                 first_seconds: float = RETRY_FIRST_SECONDS, settled_seconds: float = SETTLED_SECONDS) -> None:
+        self.url, self.settings, self.projector = url, settings, projector
+        self.first_seconds, self.settled_seconds = first_seconds, settled_seconds
+        self.fault: Fault | None = None
+        self.attempts = 0
+        self.failed_at = time.monotonic()
+        self.traced = False  # whether this process logged the fault's traceback yet
 
-async def recorded(conn: AsyncConnection, name: str) -> tuple[Fault | None, int]:
-    """The fault recorded for `name` (by an earlier start) and its attempts; (None, 0) when none is."""
-    async with conn.transaction():
-        cur = await conn.execute("SELECT error, message, first_position, last_position, kind, attempts"
-                                 " FROM projector_faults WHERE name = %s", (name,))
-        row = await cur.fetchone()
-    return (None, 0) if row is None else (Fault(*row[:5]), row[5])
+    def _set(self, fault: Fault | None, attempts: int) -> None:
+        self.fault, self.attempts = fault, attempts
+        self.projector.isolating_from = fault.first_position if fault else None  # Projector.batch_bounds
 
+    async def restore(self, conn: AsyncConnection) -> None:
+        """At start: a fault recorded before it (a fixed release, or the same fault again) stays
+        until a step gets past it. `conn` is outside any transaction, and left so."""
+        async with conn.transaction():
+            cur = await conn.execute("SELECT error, message, first_position, last_position, kind, attempts"
+                                     " FROM projector_faults WHERE name = %s", (self.projector.name,))
+            row = await cur.fetchone()
+        if row is not None:
+            self._set(Fault(*row[:5]), row[5])
 
-async def clear(url: str, settings: DatabaseSettings, name: str, attempts: int) -> None:
-    async with _own_connection(url, settings, name) as conn:
-        await conn.execute("DELETE FROM projector_faults WHERE name = %s", (name,))
-    log.info("projector_fault_cleared", projector=name, attempts=attempts)
+    async def failed(self, exc: Exception) -> float:
+        """A step failed with `exc`: logs it (its traceback, the first time in this process) and
+        writes its row; the seconds to wait before the retry."""
+        self._set(Fault.of(self.projector, exc), self.attempts + 1)
+        self.failed_at = time.monotonic()
+        fault = self.fault
+        fields = dict(projector=self.projector.name, error=fault.error, message=fault.message,
+                      position=fault.first_position, through=fault.last_position, kind=fault.kind,
+                      attempt=self.attempts)
+        if not self.traced:
+            log.error("projector_faulted", **fields, exc_info=exc)
+            self.traced = True
+        else:
+            log.warning("projector_fault_persists", **fields)
+        async with self._own_connection() as conn:
+            await conn.execute(
+                "INSERT INTO projector_faults (name, error, message, first_position, last_position, kind)"
+                " VALUES (%s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (name) DO UPDATE SET error = excluded.error, message = excluded.message,"
+                " first_position = excluded.first_position, last_position = excluded.last_position,"
+                " kind = excluded.kind, attempts = projector_faults.attempts + 1, last_failed_at = now()",
+                (self.projector.name, fault.error, fault.message, fault.first_position, fault.last_position,
+                 fault.kind))
+        return retry_delay(self.attempts, self.first_seconds)
+
+    async def stepped(self) -> None:
+        """A step succeeded: when it got past the fault, the row goes and the fault is over."""
+        if self.fault is None or not self.fault.passed(self.projector.folded_through,
+                                                       time.monotonic() - self.failed_at, self.settled_seconds):
+            return
+        async with self._own_connection() as conn:
+            await conn.execute("DELETE FROM projector_faults WHERE name = %s", (self.projector.name,))
+        log.info("projector_fault_cleared", projector=self.projector.name, attempts=self.attempts)
+        self._set(None, 0)
+        self.traced = False
+
+    @asynccontextmanager
+    async def _own_connection(self) -> AsyncIterator[AsyncConnection]:
+        """A short connection of its own for the fault's row: the fold's connection may be inside a
+        transaction of work beside its steps (a Connector run's page), which this row must not join."""
+        async with await AsyncConnection.connect(self.url, autocommit=True, **connection_options(
+                self.settings, f"contentsvc fault {self.projector.name}", bounded_statements=True)) as conn:
+            yield conn
 
 
 def faults_of(conn: psycopg.Connection, names) -> list[dict]:

@@ -37,7 +37,6 @@ from contentsvc.journal.store import NOTIFY_CHANNEL
 from contentsvc.logging import get_logger
 from contentsvc.projectors import faults
 from contentsvc.projectors.base import Projector
-from contentsvc.projectors.faults import Fault
 from contentsvc.storage.availability import OutageLog, connection_options, unreachable
 from contentsvc.storage.heap import freeze_start_up_heap
 from contentsvc.storage.server_settings import keep_commits_durable
@@ -296,9 +295,7 @@ async def run(
     burst = IngestBurst.of(projector, ingest_burst_seconds)
     started = False
     delay = retry_first_seconds
-    fault: Fault | None = None  # the failure the fold retries, until a step gets past it
-    attempts, failed_at = 0, time.monotonic()
-    traced = False  # whether this process logged the fault's traceback yet
+    retrying = faults.Retrying(url, settings, projector, fault_retry_first_seconds, fault_settled_seconds)
     while not stop.is_set():
         try:
             # One connection both listens and works: PostgreSQL delivers a notification to a
@@ -315,10 +312,7 @@ async def run(
                     if not started:
                         log.info("projector_started", projector=projector.name)
                         started = True
-                        # A fault recorded before this start (a fixed release, or the same fault
-                        # again) stays until a step gets past it.
-                        fault, attempts = await faults.recorded(work, projector.name)
-                        projector.isolating_from = fault.first_position if fault else None
+                        await retrying.restore(work)
                         freeze_start_up_heap()
                         if niceness:
                             _renice(niceness)
@@ -330,10 +324,7 @@ async def run(
                         projector.folding, projector.folded_through = (), 0
                         more = await projector.step(work)
                         await _end_open_transaction(work, projector)
-                        if fault is not None and fault.passed(projector.folded_through,
-                                                              time.monotonic() - failed_at, fault_settled_seconds):
-                            await faults.clear(url, settings, projector.name, attempts)
-                            fault, attempts, projector.isolating_from, traced = None, 0, None, False
+                        await retrying.stepped()
                         if more and burst.rests:  # whether ingests arrived during the step
                             await _take_notifications(work, burst)
                         now = time.monotonic()
@@ -349,15 +340,11 @@ async def run(
                 except Exception as exc:
                     if connection_lost(exc):
                         raise
-                    fault, attempts, failed_at = Fault.of(projector, exc), attempts + 1, time.monotonic()
-                    projector.isolating_from = fault.first_position  # see Projector.batch_bounds
                     if not projector.runs_beside_steps:  # else the open transaction is a run's
                         await work.rollback()  # nothing the failed step began stays locked through the wait
-                    await faults.record(url, settings, projector.name, fault, attempts, exc, traced=traced)
-                    traced = True
                     # Holding its lock meanwhile (it still runs); then the fold reopens on a new
                     # connection, as after an outage (projectors/faults.py).
-                    await _sleep_unless_stopped(faults.retry_delay(attempts, fault_retry_first_seconds), stop)
+                    await _sleep_unless_stopped(await retrying.failed(exc), stop)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if not connection_lost(exc):
                 raise

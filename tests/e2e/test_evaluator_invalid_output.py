@@ -16,7 +16,8 @@ import psycopg
 import pytest
 
 from tests.conftest import until, create_corpus
-from tests.e2e.conftest import new_org, saved_query, start_monitoring, subscription_body
+from tests.e2e.conftest import new_org, saved_query, start_monitoring
+from tests.e2e.test_evaluator_migration import subscribe
 from tests.e2e.test_monitoring_flow import ingest, matches
 from tests.integration.plugin_processes import PluginProcess
 
@@ -40,11 +41,9 @@ def api(deployment):
         yield client
 
 
-def subscribe(api: httpx.Client, corpus_id: str) -> str:
+def subscribe_to_cranes(api: httpx.Client, corpus_id: str) -> str:
     """A Subscription to Records of `corpus_id` containing "crane"."""
-    r = api.post("/v0/subscriptions", json=subscription_body(saved_query(api, [corpus_id])["current_version_id"]))
-    assert r.status_code == 201, r.text
-    return r.json()["subscription_id"]
+    return subscribe(api, saved_query(api, [corpus_id])["current_version_id"])
 
 
 def last_error(api: httpx.Client, subscription_id: str) -> dict | None:
@@ -57,7 +56,7 @@ def test_an_invalid_answer_records_no_match_and_the_monitor_goes_on(api, deploym
     watched = {}
     for marker in MARKERS:
         corpus = create_corpus(api)
-        watched[marker] = (corpus, subscribe(api, corpus))
+        watched[marker] = (corpus, subscribe_to_cranes(api, corpus))
     for marker, (corpus, _) in watched.items():
         ingest(api, corpus, marker, f"A crane report, {marker}.")
     for marker, (corpus, subscription_id) in watched.items():
@@ -68,7 +67,7 @@ def test_an_invalid_answer_records_no_match_and_the_monitor_goes_on(api, deploym
 
     # The same evaluator's valid answers still make Matches: the worker was not stopped.
     corpus = create_corpus(api)
-    cranes = subscribe(api, corpus)
+    cranes = subscribe_to_cranes(api, corpus)
     record = ingest(api, corpus, "valid", "A crane report.")
     [match] = until(lambda: matches(api, subscription_id=cranes), "the valid answer's Match")
     assert match["record_id"] == record["record_id"] and match["state"] == "active"

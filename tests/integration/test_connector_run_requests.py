@@ -8,8 +8,10 @@ as the test needs (and no scheduled one is queued); the worker is started for th
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import psycopg
 
 from tests.conftest import create_corpus
 from tests.integration.stack import Stack
@@ -61,6 +63,88 @@ def test_a_replayed_run_request_answers_the_run_it_was_first_answered_with(datab
         assert request_run(c, connector_id, "while-queued")["run_id"] == queued["run_id"]
         newest = runs(c, connector_id)[0]
         assert (newest["run_id"], newest["trigger"]) == (requested["run_id"], "request")
+    finally:
+        if worker is not None:
+            worker.kill()
+            worker.wait()
+        stack.close()
+
+
+def _fixture_connector(stack: Stack) -> str:
+    create_corpus(stack.client, "feeds")
+    r = stack.client.post("/v0/connectors", json={
+        "idempotency_key": "c1", "corpus_id": "feeds", "source_namespace": "fx", "kind": "fixture",
+        "config": {"items": [{"record_key": "one", "revision": "1", "text": "one item"}]}})
+    assert r.status_code == 201, r.text
+    return r.json()["connector_id"]
+
+
+def _until_waiting_on_a_lock(url: str, application_name: str, deadline_s: float = 20.0) -> None:
+    """Returns once a backend of `application_name` waits for a lock (one a test transaction holds)."""
+    deadline = time.monotonic() + deadline_s
+    with psycopg.connect(url, autocommit=True) as watcher:
+        while not watcher.execute("SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+                                  " AND wait_event_type = 'Lock'", (application_name,)).fetchone():
+            assert time.monotonic() < deadline, f"no {application_name} backend waited for a lock"
+            time.sleep(0.02)
+
+
+def test_a_run_request_beside_a_scheduled_run_being_queued_answers_that_run(databases, tmp_path):
+    # decisions-part2 "Connector management": an existing queued run is returned instead of a second
+    # one, also when the worker is queueing its scheduled run at that moment (it was a 500: the
+    # request, serialized on a lock the worker does not take, inserted a second queued run and
+    # failed on the one-queued-run index once the worker committed).
+    url = databases.create()
+    config = tmp_path / "contentsvc.toml"
+    config.write_text("[connectors]\nfixture_enabled = true\ninterval_floor_seconds = 1\n")
+    stack = Stack(url, tmp_path, (), CONTENTSVC_CONFIG=str(config))  # no worker: this test stands for it
+    try:
+        connector_id = _fixture_connector(stack)
+        with psycopg.connect(url) as worker:  # as the worker's queue_scheduled, mid-transaction
+            org_id, corpus_id = worker.execute("SELECT org_id, corpus_id FROM connectors WHERE connector_id = %s"
+                                               " FOR UPDATE SKIP LOCKED", (connector_id,)).fetchone()
+            worker.execute("INSERT INTO connector_runs (run_id, connector_id, org_id, corpus_id, trigger, state,"
+                           " run_at) VALUES ('run_scheduled', %s, %s, %s, 'schedule', 'queued', now())",
+                           (connector_id, org_id, corpus_id))
+            with ThreadPoolExecutor(1) as pool:
+                answer = pool.submit(stack.client.post, f"/v0/connectors/{connector_id}/runs",
+                                     json={"idempotency_key": "beside-the-schedule"})
+                _until_waiting_on_a_lock(url, "contentsvc api")
+                worker.commit()
+                r = answer.result(timeout=30)
+        assert r.status_code == 202, r.text
+        assert r.json()["run_id"] == "run_scheduled"
+        assert [run["run_id"] for run in runs(stack.client, connector_id)] == ["run_scheduled"]
+    finally:
+        stack.close()
+
+
+def test_the_worker_starting_a_run_never_waits_for_a_command_holding_its_connector(databases, tmp_path):
+    # decisions-part2 "Connector management" (disable skips queued runs): a disable holding the
+    # Connector while the worker started its queued run deadlocked (the worker held the run and waited
+    # for the Connector, the disable held the Connector and waited for the run), and PostgreSQL
+    # aborted one of them: a 503 for the disable, or a worker fault.
+    url = databases.create()
+    config = tmp_path / "contentsvc.toml"
+    config.write_text("[connectors]\nfixture_enabled = true\ninterval_floor_seconds = 1\n")
+    stack = Stack(url, tmp_path, (), CONTENTSVC_CONFIG=str(config))
+    worker = None
+    try:
+        connector_id = _fixture_connector(stack)
+        queued = request_run(stack.client, connector_id, "to-start")
+        with psycopg.connect(url) as command:  # as disableConnector, mid-transaction
+            command.execute("SET deadlock_timeout = '100ms'")
+            command.execute("SELECT 1 FROM connectors WHERE connector_id = %s FOR UPDATE", (connector_id,))
+            worker = stack.spawn(["worker", "run", "connectors"])
+            # The worker polls for due runs every second; give it three polls while the command holds on.
+            time.sleep(3.5)
+            skipped = command.execute("UPDATE connector_runs SET state = 'skipped', notice = 'connector_disabled',"
+                                      " finished_at = now() WHERE connector_id = %s AND state = 'queued'"
+                                      " RETURNING run_id", (connector_id,)).fetchall()
+            command.commit()
+        assert skipped == [(queued["run_id"],)]
+        assert [(r["run_id"], r["state"]) for r in runs(stack.client, connector_id)] == [(queued["run_id"], "skipped")]
+        assert stack.log_count("projector_faulted") == 0, stack.log_path.read_text()[-3000:]
     finally:
         if worker is not None:
             worker.kill()

@@ -155,10 +155,6 @@ def run_event(run: dict[str, Any], now: datetime) -> NewEvent:
                     subject_id=run["run_id"], payload=payload)
 
 
-async def _lock(conn: AsyncConnection, connector_id: str) -> None:
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"connector:{connector_id}",))
-
-
 async def create_connector(conn: AsyncConnection, settings: Settings, p: Principal,
                            req: ConnectorCreate) -> tuple[str, bool]:
     """Returns (connector_id, replayed); the refusals in decisions-part2's order."""
@@ -220,8 +216,10 @@ async def create_connector(conn: AsyncConnection, settings: Settings, p: Princip
 
 
 async def _locked(conn: AsyncConnection, p: Principal, connector_id: str) -> dict[str, Any]:
-    await _lock(conn, connector_id)
-    row = await views.visible_connector(conn, p, connector_id)
+    """The Connector's row, locked until the command commits. The worker locks the same row to queue,
+    start, page and finish its runs, so a command and the worker take turns on a Connector (a lock
+    of the command's own let a run request and a scheduled run both queue one)."""
+    row = await views.visible_connector(conn, p, connector_id, lock=True)
     if row is None:
         raise not_found("connector")
     return row

@@ -245,11 +245,14 @@ class ConnectorsWorker(Projector):
     async def start_next(self, conn: AsyncConnection) -> dict[str, Any] | None:
         async with journal_transaction(conn):
             cur = conn.cursor(row_factory=dict_row)
+            # The run and its Connector, both or neither: a command holding the Connector (a disable
+            # skipping its queued runs) is not waited for, which would hold the run it waits on.
             await cur.execute(
-                "SELECT r.*, now() AS now FROM connector_runs r WHERE r.state = 'queued' AND r.run_at <= now()"
+                "SELECT r.*, now() AS now FROM connector_runs r JOIN connectors c ON c.connector_id = r.connector_id"
+                " WHERE r.state = 'queued' AND r.run_at <= now()"
                 " AND NOT EXISTS (SELECT 1 FROM connector_runs o WHERE o.connector_id = r.connector_id"
                 "                 AND o.state = 'running')"
-                " ORDER BY r.run_at, r.run_id LIMIT 1 FOR UPDATE SKIP LOCKED")
+                " ORDER BY r.run_at, r.run_id LIMIT 1 FOR UPDATE OF r, c SKIP LOCKED")
             run = await cur.fetchone()
             if run is None:
                 return None

@@ -124,8 +124,7 @@ class LexicalProjector(GenerationFold):
 
     async def open_generation(self, conn: AsyncConnection, generation: generations.Generation,
                               published: int) -> int:
-        if self.writer:
-            self.writer.close()
+        self._discard_writer()
         self.writer = LexicalWriter(generation.path(self.home))
         async with conn.transaction():
             self.live = await projections.load_live(conn)
@@ -139,6 +138,19 @@ class LexicalProjector(GenerationFold):
                         segments_stored=self.writer.layout.stores_segments,
                         remedy="contentsvc projector replay lexical")
         return position
+
+    def _discard_writer(self) -> None:
+        """Close the writer a reopening replaces. One Tantivy killed (its files vanished under it:
+        an io error in its thread) cannot wait for its merges and raises at every close; it is gone
+        all the same, and the new writer finds the generation's files, or refolds what they lost.
+        Raising here instead kept the fold from reopening at every retry of its fault."""
+        writer, self.writer = self.writer, None
+        if writer is None:
+            return
+        try:
+            writer.close()
+        except (ValueError, RuntimeError) as exc:  # what tantivy raises for a killed or consumed writer
+            log.warning("lexical_writer_discarded", error=type(exc).__name__, message=str(exc))
 
     async def fold(self, conn: AsyncConnection, events: list[JournalEvent], through: int) -> None:
         decisions, applied = await self._take(conn, events, through)

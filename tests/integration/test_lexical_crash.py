@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 import threading
 import time
 import uuid
@@ -20,8 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import psycopg
 import pytest
+import tantivy
 
 from contentsvc.operator import replay
+from contentsvc.search.generations import Generation
+from projectors.lexical import LexicalProjector
 from tests.integration.stack import Stack, command, ingest_batch
 
 
@@ -263,3 +267,36 @@ def test_a_replay_read_in_many_batches_indexes_every_version_once(stack, monkeyp
         assert [(h[1], h[2]) for h in search(client, f"bt{run}n{i:02d}", "batches")] == [linked[receipt]]
     assert {(h[1], h[2]) for h in search(client, f"shared{run}", "batches", limit=50)} == shared
     assert_published_once(stack.url, [linked[r][1] for r in receipts])
+
+
+
+def test_reopening_a_generation_whose_files_vanished_replaces_its_writer_whatever_state_it_is_in(databases, tmp_path):
+    # projectors/faults.py: a failing step is retried with the fold reopened, the process staying up.
+    # When a generation's files vanish under its writer, Tantivy either fails the commit or kills the
+    # writer (an io error in its indexing thread; which one is a race, about even here). A killed
+    # writer raises at every close: reopening closed it first, so it failed at every retry of the
+    # fault, the generation was never refolded and its Corpora answered 503 for good (a restart used
+    # to do the refold). part1 "What the service does": 503 while lost, then the refolded index.
+    projector = LexicalProjector(tmp_path)
+    generation = Generation(generation_id="gen_vanishing", kind="lexical", state="serving", announced=0)
+    outcomes = []
+
+    async def rounds() -> None:
+        async with await psycopg.AsyncConnection.connect(databases.create()) as conn:
+            for _ in range(40):  # until both outcomes were met (each about even, so a few rounds)
+                assert await projector.open_generation(conn, generation, 7) == 0  # the index starts empty
+                projector.writer.commit(7)
+                assert projector.writer.checkpoint() == 7
+                shutil.rmtree(generation.path(tmp_path))
+                try:
+                    for n in range(200):  # a batch of Versions being indexed
+                        projector.writer.writer.add_document(tantivy.Document(doc_id=f"d{n}", position=n))
+                    projector.writer.commit(8)
+                except ValueError as exc:
+                    outcomes.append("killed" if "killed" in str(exc) else "failed")
+                if {"killed", "failed"} <= set(outcomes):
+                    break
+            assert await projector.open_generation(conn, generation, 8) == 0
+
+    asyncio.run(rounds())
+    assert {"killed", "failed"} <= set(outcomes), outcomes

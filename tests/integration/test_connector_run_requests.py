@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import psycopg
 
+from contentsvc.projectors.runner import runner_application_name
 from tests.conftest import create_corpus
 from tests.integration.stack import Stack
 
@@ -144,6 +145,45 @@ def test_the_worker_starting_a_run_never_waits_for_a_command_holding_its_connect
             command.commit()
         assert skipped == [(queued["run_id"],)]
         assert [(r["run_id"], r["state"]) for r in runs(stack.client, connector_id)] == [(queued["run_id"], "skipped")]
+        assert stack.log_count("projector_faulted") == 0, stack.log_path.read_text()[-3000:]
+    finally:
+        if worker is not None:
+            worker.kill()
+            worker.wait()
+        stack.close()
+
+
+def test_a_worker_starting_beside_a_run_request_requeues_or_skips_what_was_left_running(databases, tmp_path):
+    # decisions-part2 "Runs": a run a killed worker left running is queued again when a worker starts,
+    # unless a run is queued already (then it is skipped, run_in_progress). A run request committing
+    # while the worker started used to be met on the one-queued-run index: a fault at every start.
+    url = databases.create()
+    config = tmp_path / "contentsvc.toml"
+    config.write_text("[connectors]\nfixture_enabled = true\ninterval_floor_seconds = 1\n")
+    stack = Stack(url, tmp_path, (), CONTENTSVC_CONFIG=str(config))
+    worker = None
+    try:
+        connector_id = _fixture_connector(stack)
+        with psycopg.connect(url) as command:  # as requestConnectorRun, mid-transaction
+            org_id, corpus_id = command.execute("SELECT org_id, corpus_id FROM connectors WHERE connector_id = %s",
+                                                (connector_id,)).fetchone()
+            command.execute("INSERT INTO connector_runs (run_id, connector_id, org_id, corpus_id, trigger, state,"
+                            " run_at, started_at) VALUES ('run_left_running', %s, %s, %s, 'request', 'running',"
+                            " now(), now())", (connector_id, org_id, corpus_id))
+            command.commit()  # what a killed worker left
+            command.execute("SELECT 1 FROM connectors WHERE connector_id = %s FOR UPDATE", (connector_id,))
+            command.execute("INSERT INTO connector_runs (run_id, connector_id, org_id, corpus_id, trigger, state,"
+                            " run_at) VALUES ('run_requested', %s, %s, %s, 'request', 'queued', now())",
+                            (connector_id, org_id, corpus_id))
+            worker = stack.spawn(["worker", "run", "connectors"])
+            _until_waiting_on_a_lock(url, runner_application_name("connectors"))
+            command.commit()
+        deadline = time.monotonic() + 30
+        while {r["run_id"]: r["state"] for r in runs(stack.client, connector_id)}.get("run_requested") != "succeeded":
+            assert time.monotonic() < deadline, stack.log_path.read_text()[-3000:]
+            time.sleep(0.1)
+        left = next(r for r in runs(stack.client, connector_id) if r["run_id"] == "run_left_running")
+        assert left["state"] == "skipped"
         assert stack.log_count("projector_faulted") == 0, stack.log_path.read_text()[-3000:]
     finally:
         if worker is not None:

@@ -111,6 +111,10 @@ class ConnectorsWorker(Projector):
     async def open(self, conn: AsyncConnection) -> None:
         self._cancel_runs()  # after a reconnection: their connection is gone; they are queued again below
         # A run a killed worker left running is queued again: its checkpoint is its last committed page's.
+        # Its Connector is locked first, as a command locks it, so a run request committing meanwhile
+        # is seen here rather than met on the one-queued-run index.
+        await conn.execute("SELECT 1 FROM connectors WHERE connector_id IN (SELECT connector_id FROM connector_runs"
+                           " WHERE state = 'running') ORDER BY connector_id FOR UPDATE")
         await conn.execute("UPDATE connector_runs SET state = 'queued' WHERE state = 'running'"
                            " AND NOT EXISTS (SELECT 1 FROM connector_runs q WHERE q.connector_id ="
                            " connector_runs.connector_id AND q.state = 'queued')")

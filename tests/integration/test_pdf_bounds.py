@@ -134,15 +134,23 @@ def test_a_reader_killed_from_outside_is_a_retryable_answer_and_an_idle_one_is_p
     assert next_reader() != reader
 
 
-def test_a_reader_ends_after_its_share_of_pdfs_and_another_reads_the_next(normalizer, tmp_path):
-    first = None
-    for n in range(READS_PER_READER + 1):  # at most that many reads by any one reader
-        reader = next_reader()
-        first = first or reader
+def test_a_reader_ends_after_its_share_of_pdfs_and_its_successor_waits_for_the_next(normalizer, tmp_path):
+    first = next_reader()
+    for n in range(READS_PER_READER):  # at most that many reads by any one reader (it may have read some already)
         sample = make_pdf(SAMPLE_PAGES, f"{SAMPLE_TITLE} {n}")
         assert page_keys(normalizer(request_for(tmp_path, sample))) == ["title", "page-1", "page-2"]
-    assert not Path(f"/proc/{first}").exists()  # it ended once it had read its share
-    assert next_reader() != first
+        if READERS.next_pid() != first:
+            break
+    # It ends once it has read its share, and its successor starts then, not when the next PDF
+    # arrives (that PDF waited for the fork).
+    deadline = time.monotonic() + 10
+    while (READERS.next_pid() in (None, first) or Path(f"/proc/{first}").exists()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    successor = READERS.next_pid()
+    assert successor not in (None, first) and not Path(f"/proc/{first}").exists()
+    sample = make_pdf(SAMPLE_PAGES, f"{SAMPLE_TITLE} after")
+    assert page_keys(normalizer(request_for(tmp_path, sample))) == ["title", "page-1", "page-2"]
+    assert READERS.next_pid() == successor
 
 
 def running_readers() -> set[int]:

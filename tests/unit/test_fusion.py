@@ -40,6 +40,20 @@ def test_zscore_keeps_how_far_ahead_a_clear_winner_is():
     assert rrf["a"] == rrf["b"]
 
 
+def test_a_tie_keeps_the_order_the_lists_hold_the_versions_in():
+    # Two Versions that swap places between the lists tie exactly at equal weights (z-scores +1 and
+    # -1 in each). The tie keeps the lexical list's order, whatever the ids (they decided it by
+    # their string hashes, randomized per process: one order or the other after a restart).
+    for n in range(40):
+        first, second = f"ver_{n:02d}a", f"ver_{n:02d}b"
+        for lexical_order in ((first, second), (second, first)):
+            lexical = ranking([(lexical_order[0], 2.0), (lexical_order[1], 1.0)])
+            semantic = ranking([(lexical_order[1], 0.9), (lexical_order[0], 0.1)])
+            fused = ZSCORE.fuse(lexical, semantic)
+            assert [s for _, s in fused] == [0.0, 0.0]
+            assert [h.version_id for h, _ in fused] == list(lexical_order)
+
+
 def test_a_version_missing_from_a_list_gets_its_lowest_score_there():
     lexical = ranking([("a", 10.0), ("b", 1.0)])
     semantic = ranking([("c", 0.9), ("a", 0.1)])

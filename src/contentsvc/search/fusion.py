@@ -35,7 +35,11 @@ class Fusion:
         first: dict[str, Scored] = {}
         for r in (*lexical, *semantic):
             first.setdefault(r.version_id, r)
-        return [(first[v], scores[v]) for v in sorted(scores, key=lambda v: -scores[v])]
+        # Sorted from the lists' own order (the lexical list's first): a tie keeps it, the same in
+        # every process. Sorting the scores' keys tied by set order, which string hashing randomizes
+        # per process: two Versions that swap places between the lists tie exactly under z-scores
+        # at equal weights, and a search answered one order or the other after a restart.
+        return [(first[v], scores[v]) for v in sorted(first, key=lambda v: -scores[v])]
 
 
 def _rrf(k: int, *rankings: list[Scored]) -> dict[str, float]:

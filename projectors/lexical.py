@@ -45,7 +45,7 @@ from psycopg import AsyncConnection
 from contentsvc.journal import events as ev
 from contentsvc.journal.events import JournalEvent
 from contentsvc.journal.store import append
-from contentsvc.logging import get_logger
+from contentsvc.logging import get_logger, safe_message
 from contentsvc.projectors import currentness, projections
 from contentsvc.projectors.base import GenerationFold, GenerationRetired, next_batch
 from contentsvc.search import generations
@@ -150,7 +150,7 @@ class LexicalProjector(GenerationFold):
         try:
             writer.close()
         except (ValueError, RuntimeError) as exc:  # what tantivy raises for a killed or consumed writer
-            log.warning("lexical_writer_discarded", error=type(exc).__name__, message=str(exc))
+            log.warning("lexical_writer_discarded", error=type(exc).__name__, message=safe_message(exc))
 
     async def fold(self, conn: AsyncConnection, events: list[JournalEvent], through: int) -> None:
         decisions, applied = await self._take(conn, events, through)

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from contentsvc.projectors.runner import runner_application_name
-from tests.conftest import create_corpus
+from tests.conftest import create_corpus, until
 from tests.integration.stack import Stack
 
 
@@ -55,14 +55,12 @@ def fixture_connector(stack: Stack) -> str:
     return r.json()["connector_id"]
 
 
-def until_waiting_on_a_lock(url: str, application_name: str, deadline_s: float = 20.0) -> None:
+def until_waiting_on_a_lock(url: str, application_name: str) -> None:
     """Returns once a backend of `application_name` waits for a lock (one a test transaction holds)."""
-    deadline = time.monotonic() + deadline_s
     with psycopg.connect(url, autocommit=True) as watcher:
-        while not watcher.execute("SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
-                                  " AND wait_event_type = 'Lock'", (application_name,)).fetchone():
-            assert time.monotonic() < deadline, f"no {application_name} backend waited for a lock"
-            time.sleep(0.02)
+        until(lambda: watcher.execute("SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+                                      " AND wait_event_type = 'Lock'", (application_name,)).fetchone(),
+              f"a {application_name} backend waiting for a lock", timeout=20)
 
 
 def insert_run(conn: psycopg.Connection, connector_id: str, run_id: str, state: str) -> None:

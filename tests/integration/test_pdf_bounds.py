@@ -19,6 +19,7 @@ import pytest
 from contentsvc_plugins.pdf.bounded import READERS, READS_PER_READER, Bounds, read_bounded
 from contentsvc_plugins.pdf.plugin import build
 from contentsvc_plugins.server import PluginError
+from tests.conftest import until
 from tests.fixtures.plugins.make_pdf import SAMPLE_PAGES, SAMPLE_TITLE, inflating, long_report, make_pdf
 
 
@@ -143,11 +144,8 @@ def test_a_reader_ends_after_its_share_of_pdfs_and_its_successor_waits_for_the_n
             break
     # It ends once it has read its share, and its successor starts then, not when the next PDF
     # arrives (that PDF waited for the fork).
-    deadline = time.monotonic() + 10
-    while (READERS.next_pid() in (None, first) or Path(f"/proc/{first}").exists()) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    successor = READERS.next_pid()
-    assert successor not in (None, first) and not Path(f"/proc/{first}").exists()
+    successor = until(lambda: not Path(f"/proc/{first}").exists() and READERS.next_pid() not in (None, first)
+                      and READERS.next_pid(), "the first reader ended and its successor idle", timeout=10)
     sample = make_pdf(SAMPLE_PAGES, f"{SAMPLE_TITLE} after")
     assert page_keys(normalizer(request_for(tmp_path, sample))) == ["title", "page-1", "page-2"]
     assert READERS.next_pid() == successor

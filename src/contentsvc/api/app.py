@@ -31,7 +31,7 @@ from contentsvc.auth.keys import KEYS_CHANNEL
 from contentsvc.commands.group_commit import SingleCommandGroups
 from contentsvc.connectors.push_ingests import PushIngests
 from contentsvc.connectors.push_store import PushAudit
-from contentsvc.readmodel.changes import FEED_PROJECTOR, FeedTicker
+from contentsvc.readmodel.changes import FEED_PROJECTOR, FeedTicker, StreamPages
 from contentsvc.storage.notified_cache import NotifiedCache
 from contentsvc.config import MAX_BATCH_BYTES, Settings
 from contentsvc.storage.availability import (
@@ -199,7 +199,7 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
         pool = async_pool(database_url, settings.database, watch)
         await pool.open(wait=False)
         instances: connector_push_routes.PushInstances = NotifiedCache(max_entries=10_000)
-        app.state.services = Services(settings, pool, CursorCodec(secret), FeedTicker(),
+        app.state.services = Services(settings, pool, CursorCodec(secret), FeedTicker(), StreamPages(pool),
                                       LexicalSearcher(settings.home), VectorSearcher(settings.home),
                                       public_base_url, PrincipalCache(), SingleCommandGroups(pool), PushIngests(pool),
                                       PushAudit(pool), instances, CorpusRoutes(),

@@ -23,8 +23,6 @@ from contentsvc.logging import get_logger
 from contentsvc.storage.availability import StorageUnavailable
 from contentsvc.readmodel.corpora import existing_corpora
 
-STREAM_PAGE = 200
-
 log = get_logger("contentsvc.api.changes")
 
 
@@ -103,14 +101,13 @@ async def _events(
         yield ServerSentEventMessage(event="checkpoint", id=cursor, data=msgspec.json.encode({"cursor": cursor}).decode())
     # A resumed stream says where it stands at once when it has nothing to send.
     last_sent = time.monotonic() if start_now else float("-inf")
+    hidden = hidden_families(p)
     while True:
         if not await _still_authorized(request):
             yield _stream_error(ApiError(401, "invalid_api_key", "The API key was revoked."))
             return
         seen = svc.feed_moved.count
-        async with svc.pool.connection() as conn:
-            events, next_position = await read_page(conn, p.org_id, corpus_id, position, STREAM_PAGE,
-                                                      hidden_families(p))
+        events, next_position = await svc.stream_pages.read(p.org_id, corpus_id, position, hidden, seen)
         for event_position, event in events:
             yield ServerSentEventMessage(
                 event="change",
@@ -126,7 +123,7 @@ async def _events(
             cursor = cursors.encode(p, corpus_id, position)
             yield ServerSentEventMessage(event="checkpoint", id=cursor, data=msgspec.json.encode({"cursor": cursor}).decode())
             last_sent = time.monotonic()
-        if len(events) == STREAM_PAGE:
+        if len(events) == svc.stream_pages.page_size:
             continue
         remaining = max(0.05, idle_every - (time.monotonic() - last_sent))
         await svc.feed_moved.wait_past(seen, timeout=min(remaining, 5.0))

@@ -15,7 +15,7 @@ from contentsvc.auth.principal import INVALID_KEY, Principal, bearer_secret, loa
 from contentsvc.commands.group_commit import SingleCommandGroups
 from contentsvc.connectors.push_ingests import PushIngests
 from contentsvc.connectors.push_store import PushAudit
-from contentsvc.readmodel.changes import FeedTicker
+from contentsvc.readmodel.changes import FeedTicker, StreamPages
 from contentsvc.storage.notified_cache import NotifiedCache
 from contentsvc.config import Settings
 from contentsvc.domain.cursors import CursorCodec, InvalidCursor
@@ -34,6 +34,7 @@ class Services:
     pool: AsyncConnectionPool
     cursors: CursorCodec
     feed_moved: FeedTicker  # bumped when the read model commits (LISTEN)
+    stream_pages: StreamPages  # the change streams' page reads, shared by streams at one position
     lexical: LexicalSearcher  # the serving lexical generation, reloaded when the lexical projector commits
     vectors: VectorSearcher  # the serving vector generation's snapshot and the query embedder
     public_base_url: str  # where clients reach this API: the base of the URLs it hands out

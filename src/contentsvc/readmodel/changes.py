@@ -162,3 +162,48 @@ async def read_page(
     events = [(row[0], _change_event(row)) for row in rows]
     next_position = events[-1][0] if len(events) == limit else max(head, after)
     return events, next_position
+
+
+Page = tuple[list[tuple[int, ChangeEvent]], int]
+
+
+class StreamPages:
+    """The change streams' page reads, shared and bounded.
+
+    Every commit the read model announces wakes every stream at once, and the
+    streams of one Corpus that have caught up stand at the same position:
+    they ask for the same page. It is read once, and every stream asking for
+    it while that read runs takes its answer. At most `at_once` reads run
+    together, so however many streams are open they hold no more than that
+    many of the API's pooled connections: the writes keep the rest. (With a
+    connection per stream and wake, two dozen streams woken by every batch
+    filled the pool, and ingests waited out `pool_wait_seconds`.)
+    """
+
+    def __init__(self, pool: AsyncConnectionPool, at_once: int = 4, page_size: int = 200) -> None:
+        self.pool = pool
+        self.page_size = page_size
+        self._slots = asyncio.Semaphore(at_once)
+        self._reading: dict[tuple, asyncio.Task[Page]] = {}
+
+    async def read(self, org_id: str, corpus_id: str, after: int, hidden: list[str], announced: int) -> Page:
+        """`announced`: the FeedTicker's count the stream read before asking. A read is shared only
+        among streams that read the same count: one started earlier might not show a commit the
+        stream was woken for, and the stream would wait for the next one to see it."""
+        key = (org_id, corpus_id, after, tuple(hidden), announced)
+        task = self._reading.get(key)
+        if task is None:
+            # A task of its own: a stream that hangs up mid-read does not cancel the others' page.
+            task = asyncio.create_task(self._read(org_id, corpus_id, after, hidden))
+            self._reading[key] = task
+            task.add_done_callback(lambda done: self._done(key, done))
+        return await asyncio.shield(task)
+
+    async def _read(self, org_id: str, corpus_id: str, after: int, hidden: list[str]) -> Page:
+        async with self._slots, self.pool.connection() as conn:
+            return await read_page(conn, org_id, corpus_id, after, self.page_size, hidden)
+
+    def _done(self, key: tuple, task: asyncio.Task[Page]) -> None:
+        self._reading.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: every stream that asked may have hung up

@@ -41,10 +41,10 @@ from contentsvc.storage.availability import (
     unreachable,
     wait_until_answering,
 )
-from contentsvc.storage.database import BoundedPool, async_pool
+from contentsvc.storage.database import BoundedPool, PoolBusy, async_pool
 from contentsvc.storage.heap import freeze_start_up_heap
 from contentsvc.domain.cursors import CursorCodec
-from contentsvc.domain.errors import ApiError, storage_unavailable
+from contentsvc.domain.errors import ApiError, server_busy, storage_unavailable
 from contentsvc.ids import new_id
 from contentsvc.journal.store import PROGRESS_CHANNEL
 from contentsvc.logging import get_logger
@@ -86,6 +86,11 @@ def _http_error(_: Request, exc: HTTPException) -> Response:
 def _storage_error(request: Request, exc: Exception) -> Response:
     log.warning("storage_unavailable", error=type(exc).__name__)
     return _error_response(storage_unavailable(request.app.state.settings.database.retry_after_seconds))
+
+
+def _busy(request: Request, exc: Exception) -> Response:
+    log.warning("server_busy", error=type(exc).__name__)
+    return _error_response(server_busy())
 
 
 def _unexpected(request: Request, exc: Exception) -> Response:
@@ -222,6 +227,7 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
             ApiError: _api_error,
             HTTPException: _http_error,
             psycopg.OperationalError: _storage_error,
+            PoolBusy: _busy,
             PoolTimeout: _storage_error,
             StorageUnavailable: _storage_error,
             Exception: _unexpected,

@@ -18,9 +18,10 @@ from contentsvc.auth.principal import Principal
 from contentsvc.readmodel.changes import ChangeCursors, hidden_families, read_page, start_position
 from contentsvc.config import CHANGE_PAGE_DEFAULT, CHANGE_PAGE_MAX
 from contentsvc.domain.models import ChangePage, NonEmpty
-from contentsvc.domain.errors import ApiError, not_found, storage_unavailable
+from contentsvc.domain.errors import ApiError, not_found, server_busy, storage_unavailable
 from contentsvc.logging import get_logger
 from contentsvc.storage.availability import StorageUnavailable
+from contentsvc.storage.database import PoolBusy
 from contentsvc.readmodel.corpora import existing_corpora
 
 log = get_logger("contentsvc.api.changes")
@@ -86,6 +87,9 @@ async def _stream(
     try:
         async for message in _events(request, svc, p, corpus_id, position, start_now):
             yield message
+    except PoolBusy:
+        log.warning("stream_server_busy")
+        yield _stream_error(server_busy())
     except (StorageUnavailable, psycopg.OperationalError, PoolTimeout) as exc:
         log.warning("stream_storage_unavailable", error=type(exc).__name__)
         yield _stream_error(storage_unavailable(svc.settings.database.retry_after_seconds))

@@ -51,6 +51,12 @@ def invalid_input(message: str, field: str) -> ApiError:
     return ApiError(422, "invalid_input", message, field=field)
 
 
+def server_busy() -> ApiError:
+    """Every database connection of the API process stayed in use for `pool_wait_seconds`."""
+    return ApiError(429, "server_busy", "The service is busy with other requests; retry shortly.", retryable=True,
+                    headers={"Retry-After": "1"})
+
+
 def storage_unavailable(retry_after_seconds: int | None = None) -> ApiError:
     headers = {"Retry-After": str(retry_after_seconds)} if retry_after_seconds is not None else None
     return ApiError(503, "storage_unavailable", "The database is unavailable; retry later.", retryable=True,

@@ -14,7 +14,7 @@ from typing import AsyncIterator
 
 import psycopg
 from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from contentsvc.config import Settings
 from contentsvc.config.settings import DatabaseSettings
@@ -81,8 +81,27 @@ class BoundedPool(AsyncConnectionPool):
                          within: float | None = None) -> AsyncIterator[AsyncConnection]:
         if self.watch is not None and not self.watch.available:
             raise StorageUnavailable("the database is not answering")
-        async with answer_within(within or self.unresponsive_seconds), super().connection(timeout) as conn:
-            yield conn
+        lent = False
+        try:
+            async with answer_within(within or self.unresponsive_seconds), super().connection(timeout) as conn:
+                lent = True
+                yield conn
+        except PoolTimeout as exc:
+            if not lent and self._every_connection_lent():
+                raise PoolBusy(str(exc)) from exc
+            raise
+
+    def _every_connection_lent(self) -> bool:
+        """Whether a wait that ran out was for connections other requests hold while the database
+        answers (the API is busy), rather than for ones the pool could not open."""
+        stats = self.get_stats()
+        answering = self.watch is None or self.watch.available
+        return answering and stats["pool_size"] >= self.max_size and stats.get("pool_available", 0) == 0
+
+
+class PoolBusy(PoolTimeout):
+    """No pooled connection came free in time, every one lent to a request while the database
+    answers: the process is busy, the database is not away (429 `server_busy`, not 503)."""
 
 
 def async_pool(url: str, settings: DatabaseSettings | None = None, watch: DatabaseWatch | None = None,

@@ -25,7 +25,7 @@ import tantivy
 
 from contentsvc.domain.operations import projection_generation_for
 from contentsvc.search import lexical_index
-from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, key_for, suspend_caught_up
+from tests.conftest import ServerProcess, assert_error, client_for, create_corpus, key_for, suspend_caught_up, until
 from tests.e2e.test_search import _token, assert_excerpt_exact, ingest, ingest_batch, search, wait_searchable
 
 CHUNK = 40
@@ -456,3 +456,72 @@ def test_operator_replays_one_corpus_from_the_cli(own_server, client):
     unknown = subprocess.run([sys.executable, "-m", "contentsvc.cli", "projector", "replay", "lexical", "--corpus",
                               "no-such-corpus"], env=env, capture_output=True, text=True, timeout=60)
     assert unknown.returncode == 2 and "not found" in unknown.stdout
+
+
+def test_writes_during_a_rebuild_are_all_in_the_generation_it_cuts_over_to(own_server, client):
+    # part 1 rule 17 with rules 1 and 3: while a rebuild backfills a new generation, Records keep being
+    # ingested, replaced and withdrawn; after the cutover every Record is found by its current Version
+    # only, a withdrawn one not at all, whichever side of the backfill's chunks each write fell on.
+    corpus, prefix = create_corpus(client), _token("kite")
+    base = 10 * CHUNK
+
+    def text(tag: str, i: int) -> str:
+        return f"{prefix}{tag}{i:04d} common words of record {i}"
+
+    receipts = [r for start in range(0, base, 100) for r in ingest_batch(
+        client, [extension_command(corpus, f"b{i}", text("b", i)) for i in range(start, min(base, start + 100))])]
+    for receipt in receipts[-3:]:
+        wait_searchable(client, receipt)
+    r = client.post(f"/v0/corpora/{corpus}/rebuilds", json={"idempotency_key": key()})
+    assert r.status_code == 202, r.text
+    operation_id = r.json()["operation_id"]
+
+    replaced, withdrawn, added, last_receipts = set(), set(), 0, []
+    during, progress = 0, set()
+    for step in range(3 * base):  # bounded; writes go on, paced, until the rebuild ends
+        i = (step * 7) % base  # spread over every chunk of the backfill, done and to do
+        if step % 3 == 0:
+            last_receipts.append(ingest(client, extension_command(corpus, f"b{i}", text("u", i))))
+            replaced.add(i)
+        elif step % 3 == 1 and i not in replaced:
+            w = client.post("/v0/records/withdrawals", json={
+                "idempotency_key": key(), "source": {"corpus_id": corpus, "namespace": "test", "record_key": f"b{i}"}})
+            assert w.status_code == 202, w.text
+            last_receipts.append(w.json()["receipt_id"])
+            withdrawn.add(i)
+        else:
+            last_receipts.append(ingest(client, extension_command(corpus, f"n{added}", text("n", added))))
+            added += 1
+        now = client.get(f"/v0/operations/{operation_id}").json()
+        if now["state"] in ("succeeded", "failed", "canceled"):
+            break
+        progress.add(now["counters"]["versions_done"])
+        during += 1
+        time.sleep(0.01)
+    op = wait_terminal(client, operation_id)
+    assert op["state"] == "succeeded", op
+    assert during >= 3, "the rebuild ended before the writes began; the test checks nothing"
+    for receipt_id in last_receipts:
+        until(lambda: client.get(f"/v0/ingestion-receipts/{receipt_id}").json()["state"] == "resolved",
+              f"receipt {receipt_id} resolved")
+    wait_searchable(client, ingest(client, extension_command(corpus, "last", text("z", 0))))
+
+    def found(token: str) -> list[str]:
+        """The record keys of the hits for a token, each hit checked to be its Record's current Version."""
+        keys = []
+        for hit in search(client, token, [corpus], limit=5)["items"]:
+            record = client.get(f"/v0/records/{hit['record_id']}").json()
+            assert record["current_version_id"] == hit["version_id"] and not record["withdrawn"], (token, record)
+            keys.append(record["source"]["record_key"])
+        return keys
+
+    for i in range(base):
+        expected_base = [] if i in replaced or i in withdrawn else [f"b{i}"]
+        assert found(f"{prefix}b{i:04d}") == expected_base, (i, i in replaced, i in withdrawn)
+        if i in replaced:
+            assert found(f"{prefix}u{i:04d}") == [f"b{i}"], i
+    for n in range(added):
+        assert found(f"{prefix}n{n:04d}") == [f"n{n}"], n
+    generation = client.get(f"/v0/corpora/{corpus}").json()["projection_generation_id"]
+    assert generation == op["result"]["projection_generation_id"]
+    assert documents_of(own_server, generation) == base - len(withdrawn - replaced) + added + 1

@@ -24,11 +24,19 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from contentsvc.auth import keys
+from contentsvc.bench import running_bench
 from contentsvc.outbound_http import verifying_context
 from contentsvc.processes.children import supervised_children
 from contentsvc.processes import local_service
 from contentsvc.processes.local_service import LocalService, create_database, drop_database
 from contentsvc.storage.migrations import migrate
+
+
+def pytest_report_header(config) -> str | None:
+    bench = running_bench()
+    if bench:  # one overlapped a run once and failed two of its tests on their waits
+        return f"WARNING: a bench is running ({bench}); it takes the cores this run's waits are sized for"
+    return None
 
 
 @pytest.fixture(scope="session")

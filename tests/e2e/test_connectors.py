@@ -522,6 +522,25 @@ def test_a_pushed_entry_missing_a_member_is_item_rejected(deployment):
     assert withdrawn.status_code == 202, withdrawn.text  # a withdrawal needs no text
 
 
+def test_a_push_mixing_withdrawals_and_ingests_is_accepted_in_item_order(deployment):
+    # part 2 "Declared push route": receipts in item order, including withdrawals; part 1 rule 17:
+    # activation follows acceptance order. A withdrawal is a terminal fence (part 1 "Record"), so
+    # the item re-sending a Record after its withdrawal is a conflict, and one sent before it is
+    # created and then withdrawn: each as its place in the push says.
+    owner = org()
+    c = client(deployment, owner)
+    cid = fixture_push(c, create_corpus(c), "mixed")["connector_id"]
+    pusher = client(deployment, owner, actions="connector:push")
+    r = pusher.post(f"/v0/connectors/{cid}/api/ingest_key", json={"items": [
+        {"record_key": "fenced", "revision": "1", "withdraw": True},
+        {"record_key": "fenced", "revision": "2", "text": "sent again after its withdrawal"},
+        {"record_key": "kept", "revision": "1", "text": "sent before its withdrawal"},
+        {"record_key": "kept", "revision": "2", "withdraw": True}]})
+    assert r.status_code == 202, r.text
+    outcomes = [wait_resolved(c, receipt["receipt_id"])["outcome"] for receipt in r.json()["receipts"]]
+    assert outcomes == ["withdrawal_applied", "conflict", "created", "withdrawal_applied"]
+
+
 def msgspec_bytes(value) -> bytes:
     import json
     return json.dumps(value).encode()

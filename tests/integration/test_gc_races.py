@@ -19,7 +19,6 @@ import psycopg
 import pytest
 
 from contentsvc.auth.principal import Principal
-from contentsvc.commands import idempotency
 from contentsvc.commands.records import Accepted, accept_source_commands
 from contentsvc.domain.errors import ApiError
 from contentsvc.domain.models import IngestCommand
@@ -65,7 +64,7 @@ async def _ingest(url: str, org: str, corpus: str, blob_id: str):
     principal = Principal(key_id="k", org_id=org, actions=frozenset({"content:write", "blobs:read"}), corpora=None)
     command = msgspec.convert(blob_command(corpus, "contended", blob_id, "text/plain"), IngestCommand)
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        [result] = await accept_source_commands(conn, principal, [command], idempotency.INGEST)
+        [result] = await accept_source_commands(conn, principal, [command])
     return result
 
 

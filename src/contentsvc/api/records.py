@@ -10,7 +10,6 @@ from msgspec import Meta
 
 from contentsvc.api.http import page_after, respond, services
 from contentsvc.api.routes import Call, Query, operation
-from contentsvc.commands import idempotency
 from contentsvc.commands import records as commands
 from contentsvc.config import (
     MAX_BATCH_BYTES,
@@ -52,9 +51,9 @@ async def _receipts_for(request: Request, p, accepted: list, commands_: list) ->
         (a, cmd) for a, cmd in zip(accepted, commands_) if isinstance(a, commands.Accepted)])
 
 
-async def _accept_one(request: Request, p, cmd, family: str) -> Response:
+async def _accept_one(request: Request, p, cmd) -> Response:
     await services(request).backlog.refuse_when_behind()
-    result = await services(request).single_commands.accept(p, cmd, family)  # group commit
+    result = await services(request).single_commands.accept(p, cmd)  # group commit
     if isinstance(result, ApiError):
         raise result
     receipt = (await _receipts_for(request, p, [result], [cmd]))[result.receipt_id]
@@ -64,13 +63,13 @@ async def _accept_one(request: Request, p, cmd, family: str) -> Response:
 @operation("ingestRecord", "POST", "/v0/records", permission=("content:write",), body=IngestCommand,
            responses={202: Receipt})
 async def ingest_record(call: Call[IngestCommand, None]) -> Response:
-    return await _accept_one(call.request, call.principal, call.body, idempotency.INGEST)
+    return await _accept_one(call.request, call.principal, call.body)
 
 
 @operation("withdrawRecord", "POST", "/v0/records/withdrawals", permission=("content:write",),
            body=WithdrawalCommand, responses={202: Receipt})
 async def withdraw_record(call: Call[WithdrawalCommand, None]) -> Response:
-    return await _accept_one(call.request, call.principal, call.body, idempotency.WITHDRAWAL)
+    return await _accept_one(call.request, call.principal, call.body)
 
 
 def _entry(raw: msgspec.Raw, index: int) -> IngestCommand | ApiError:
@@ -104,7 +103,7 @@ async def ingest_batch(call: Call[BatchRequest, None]) -> Response:
     await services(request).backlog.refuse_when_behind()
     entries = [_entry(r, i) for i, r in enumerate(batch.entries)]
     async with services(request).pool.connection() as conn:
-        results = await commands.accept_source_commands(conn, p, entries, idempotency.INGEST)
+        results = await commands.accept_source_commands(conn, p, entries)
     receipts = await _receipts_for(request, p, results, entries)
     items = []
     for i, result in enumerate(results):

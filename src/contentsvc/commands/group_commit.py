@@ -19,16 +19,16 @@ from contentsvc.storage.group_commit import GroupCommit
 
 
 class SingleCommandGroups:
-    """Single ingests grouped by (Principal, family): one key's requests, as it authorized them."""
+    """Single ingests and withdrawals grouped by Principal: one key's requests, as it authorized them,
+    accepted in arrival order."""
 
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
-        self._groups: GroupCommit[tuple[Principal, str], SourceCommand, Accepted | ApiError] = GroupCommit(self._accept)
+        self._groups: GroupCommit[Principal, SourceCommand, Accepted | ApiError] = GroupCommit(self._accept)
 
-    async def accept(self, p: Principal, cmd: SourceCommand, family: str) -> Accepted | ApiError:
-        return await self._groups.submit((p, family), cmd)
+    async def accept(self, p: Principal, cmd: SourceCommand) -> Accepted | ApiError:
+        return await self._groups.submit(p, cmd)
 
-    async def _accept(self, key: tuple[Principal, str], commands: list[SourceCommand]) -> list[Accepted | ApiError]:
-        principal, family = key
+    async def _accept(self, principal: Principal, commands: list[SourceCommand]) -> list[Accepted | ApiError]:
         async with self.pool.connection() as conn:
-            return await accept_source_commands(conn, principal, commands, family)
+            return await accept_source_commands(conn, principal, commands)

@@ -66,23 +66,32 @@ async def routed_media_types(conn: AsyncConnection, commands: list[IngestCommand
                      if role.role.startswith("normalizer:"))
 
 
+def family_of(command: SourceCommand) -> str:
+    """The idempotency route family of a command (part 1: ingests and batch entries share one,
+    withdrawals have their own)."""
+    return idempotency.INGEST if isinstance(command, IngestCommand) else idempotency.WITHDRAWAL
+
+
 async def accept_source_commands(
-    conn: AsyncConnection, p: Principal, commands: list[SourceCommand | ApiError], family: str
+    conn: AsyncConnection, p: Principal, commands: list[SourceCommand | ApiError]
 ) -> list[Accepted | ApiError]:
-    """Accept ingest (or withdrawal) commands in one transaction.
+    """Accept ingest and withdrawal commands in one transaction.
 
     Entries that are already errors pass through; each other entry is
     checked on its own and becomes an Accepted receipt or an ApiError.
     """
     async with journal_transaction(conn):
-        return await accept_in_transaction(conn, p, commands, family)
+        return await accept_in_transaction(conn, p, commands)
 
 
 async def accept_in_transaction(
-    conn: AsyncConnection, p: Principal, commands: list[SourceCommand | ApiError], family: str
+    conn: AsyncConnection, p: Principal, commands: list[SourceCommand | ApiError]
 ) -> list[Accepted | ApiError]:
     """accept_source_commands inside the caller's journal transaction: a connector page commits
-    its Receipts with its checkpoint (decisions-part2 "Runs")."""
+    its Receipts with its checkpoint (decisions-part2 "Runs"). Ingests and withdrawals may be
+    mixed: their events are appended in the commands' order, in one append (part 1 rule 17:
+    activation follows acceptance order), so a withdrawal and a later re-send of the same
+    Record are folded in that order."""
     results: list[Accepted | ApiError | None] = [c if isinstance(c, ApiError) else None for c in commands]
     live = [(i, c) for i, c in enumerate(commands) if not isinstance(c, ApiError)]
     routed = await routed_media_types(conn, [c for _, c in live if isinstance(c, IngestCommand)])
@@ -114,32 +123,37 @@ async def accept_in_transaction(
             results[i] = unverified_blob(f"{missing}/blob_id")
     live = [(i, c) for i, c in live if results[i] is None]
 
-    # Two entries of one request with the same key: the later replays or conflicts.
-    first_by_key: dict[str, tuple[int, bytes]] = {}
-    claims: list[idempotency.Claim] = []
+    # Two entries of one request with the same key (in one family): the later replays or conflicts.
+    first_by_key: dict[tuple[str, str], tuple[int, bytes]] = {}
+    claims: dict[str, list[idempotency.Claim]] = {}
     planned: dict[int, str] = {}
     same_request_later: list[tuple[int, int]] = []
     for i, cmd in live:
         digest = request_digest(cmd)
-        if cmd.idempotency_key in first_by_key:
-            j, first_digest = first_by_key[cmd.idempotency_key]
+        keyed = (family_of(cmd), cmd.idempotency_key)
+        if keyed in first_by_key:
+            j, first_digest = first_by_key[keyed]
             if first_digest == digest:
                 same_request_later.append((i, j))
             else:
                 results[i] = idempotency.conflict()
             continue
-        first_by_key[cmd.idempotency_key] = (i, digest)
+        first_by_key[keyed] = (i, digest)
         receipt_id = new_id("rcp")
         planned[i] = receipt_id
-        claims.append(idempotency.Claim(cmd.idempotency_key, digest, 202, "receipt", receipt_id))
+        claims.setdefault(keyed[0], []).append(idempotency.Claim(cmd.idempotency_key, digest, 202, "receipt",
+                                                                 receipt_id))
 
-    priors = await idempotency.claim(conn, p.org_id, family, claims)
+    priors: dict[tuple[str, str], idempotency.Prior | ApiError] = {}
+    for family in sorted(claims):  # one order for every transaction: concurrent claims cannot deadlock
+        for key, prior in (await idempotency.claim(conn, p.org_id, family, claims[family])).items():
+            priors[(family, key)] = prior
     accepted_at = utc_now()
     new_events: list[NewEvent] = []
     for i, cmd in live:
         if i not in planned:
             continue
-        prior = priors.get(cmd.idempotency_key)
+        prior = priors.get((family_of(cmd), cmd.idempotency_key))
         if isinstance(prior, ApiError):
             results[i] = prior
         elif prior is not None:
@@ -159,5 +173,3 @@ async def accept_in_transaction(
         await fold(conn, new_events)  # the pending Receipts, readable at once
         await append(conn, new_events)
     return results  # type: ignore[return-value]
-
-

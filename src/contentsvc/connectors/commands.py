@@ -40,7 +40,7 @@ from contentsvc.domain.canonical import request_digest
 from contentsvc.domain.clock import iso
 from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.domain.decoding import nul_pointer
-from contentsvc.domain.models import IngestCommand, Part
+from contentsvc.domain.models import Part
 from contentsvc.ids import new_id
 from contentsvc.journal.events import NewEvent
 from contentsvc.journal.store import append
@@ -376,22 +376,10 @@ def item_commands(served: ServedKind, row: dict[str, Any], items: list[dict[str,
     return commands
 
 
-def family_of(command: SourceCommand) -> str:
-    return "ingest" if isinstance(command, IngestCommand) else "withdrawal"
-
-
 async def accept_items(conn: AsyncConnection, served: ServedKind, row: dict[str, Any], items: list[dict[str, Any]],
                        invalid: Iterable[int] = (), attached: dict[int, list[Part]] | None = None
                        ) -> list[Accepted | ApiError]:
     """The items' commands (item_commands) accepted inside the caller's journal transaction; the
     results in item order."""
-    commands = item_commands(served, row, items, invalid, attached)
-    results: list[Accepted | ApiError | None] = [c if isinstance(c, ApiError) else None for c in commands]
-    principal = connector_principal(row)
-    for family in ("ingest", "withdrawal"):
-        picked = [i for i, c in enumerate(commands) if results[i] is None and family_of(c) == family]
-        if picked:
-            accepted = await accept_in_transaction(conn, principal, [commands[i] for i in picked], family)
-            for i, result in zip(picked, accepted):
-                results[i] = result
-    return results  # type: ignore[return-value]
+    return await accept_in_transaction(conn, connector_principal(row),
+                                       item_commands(served, row, items, invalid, attached))

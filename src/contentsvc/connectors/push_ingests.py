@@ -9,8 +9,8 @@ of two, and the audit is still committed before the answer leaves, as rule 11 as
 push (a refused item: 422; a replayed item, whose Receipt is read again) is audited on its own
 afterwards, as every refusal is.
 
-Groups form as in storage/group_commit.py, per Connector (its Principal) and family (ingests or
-withdrawals); a push's items stay together in one transaction.
+Groups form as in storage/group_commit.py, per Connector (its Principal); a push's items stay
+together in one transaction, ingests and withdrawals in their order.
 """
 
 from __future__ import annotations
@@ -45,15 +45,14 @@ class Delivered:
 class PushIngests:
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
-        self._groups: GroupCommit[tuple[Principal, str], PushedItems, Delivered] = GroupCommit(self._commit)
+        self._groups: GroupCommit[Principal, PushedItems, Delivered] = GroupCommit(self._commit)
 
-    async def accept(self, principal: Principal, family: str, pushed: PushedItems) -> Delivered:
-        return await self._groups.submit((principal, family), pushed)
+    async def accept(self, principal: Principal, pushed: PushedItems) -> Delivered:
+        return await self._groups.submit(principal, pushed)
 
-    async def _commit(self, key: tuple[Principal, str], pushes: list[PushedItems]) -> list[Delivered]:
-        principal, family = key
+    async def _commit(self, principal: Principal, pushes: list[PushedItems]) -> list[Delivered]:
         async with self.pool.connection() as conn, journal_transaction(conn):
-            results = await accept_in_transaction(conn, principal, [c for p in pushes for c in p.commands], family)
+            results = await accept_in_transaction(conn, principal, [c for p in pushes for c in p.commands])
             delivered, start = [], 0
             for push in pushes:
                 own = results[start:start + len(push.commands)]

@@ -32,7 +32,7 @@ from contentsvc.auth.principal import bearer_secret
 from contentsvc.commands.records import Accepted
 from contentsvc.config.plugins import HEADER_NAME
 from contentsvc.connectors import instance_tokens, push_store, views
-from contentsvc.connectors.commands import accept_items, connector_principal, family_of, item_commands
+from contentsvc.connectors.commands import connector_principal, item_commands
 from contentsvc.connectors.credentials import open_credential
 from contentsvc.connectors.kinds import ServedKind, served_kinds
 from contentsvc.connectors.pages import fixture_item, is_fixture_item
@@ -50,7 +50,6 @@ from contentsvc.connectors.push_guards import (
 )
 from contentsvc.connectors.shapes import PushAccepted
 from contentsvc.domain.errors import ApiError, not_found
-from contentsvc.journal.store import transaction as journal_transaction
 from contentsvc.logging import get_logger
 from contentsvc.plugins.client import ROUTE_CLIENTS, PluginUnreachable, plugin_error
 from contentsvc.plugins.manifest import PushRoute, validate_against
@@ -222,23 +221,16 @@ def _fixture_receive(row: dict[str, Any], credential: dict | None, route_name: s
 async def _ingest(pool, ingests: PushIngests, served: ServedKind, row: dict[str, Any], items: list[dict],
                   attempt: Attempt | None) -> list[dict]:
     """The items through the ingestion path; their Receipts in item order (rule 7: a refused item is
-    422 item_rejected, while the others may already be accepted). Items of one family go through
-    the push group commit, so concurrent pushes to a Connector share a transaction, which also
-    records `attempt` as received (202) when every item is accepted; a push mixing ingests and
-    withdrawals keeps its order in one transaction of its own."""
+    422 item_rejected, while the others may already be accepted). They go through the push group
+    commit, ingests and withdrawals in their order, so concurrent pushes to a Connector share a
+    transaction, which also records `attempt` as received (202) when every item is accepted."""
     principal = connector_principal(row)
     commands = item_commands(served, row, items)
-    families = {family_of(c) for c in commands if not isinstance(c, ApiError)}
-    if len(families) <= 1:
-        received = attempt.audit_entry(202, None) if attempt is not None else None
-        delivered = await ingests.accept(principal, families.pop() if families else "ingest",
-                                         PushedItems(commands, received))
-        results = delivered.results
-        if delivered.audited:
-            attempt.recorded = True
-    else:
-        async with pool.connection() as conn, journal_transaction(conn):
-            results = await accept_items(conn, served, row, items)
+    received = attempt.audit_entry(202, None) if attempt is not None else None
+    delivered = await ingests.accept(principal, PushedItems(commands, received))
+    results = delivered.results
+    if delivered.audited:
+        attempt.recorded = True
     refused = next((r for r in results if isinstance(r, ApiError)), None)
     if refused is not None:
         raise ApiError(422, "item_rejected", f"An item was refused: {refused.code}: {refused.message}")

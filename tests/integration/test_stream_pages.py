@@ -28,44 +28,47 @@ async def with_public_events(url: str, count: int) -> None:
         await conn.commit()
 
 
-def test_streams_at_one_position_share_one_read(databases):
+def with_pool(databases, events: int, scenario) -> None:
+    """scenario(pool, url) on a fresh database holding `events` public events, all in the feed."""
     url = databases.create()
 
-    async def scenario():
-        await with_public_events(url, 3)
-        async with async_pool(url) as pool:
-            pages = StreamPages(pool)
-            pool.pop_stats()
-            # Twenty streams caught up at position 0, woken by the same announcement (count 7).
-            answers = await asyncio.gather(*(pages.read(ORG, CORPUS, 0, [], announced=7) for _ in range(20)))
-            assert all(answer is answers[0] for answer in answers)
-            events, next_position = answers[0]
-            assert [position for position, _ in events] == [1, 2, 3] and next_position == 3
-            assert pool.pop_stats().get("requests_num") == 1  # one pooled connection for all twenty
+    async def run():
+        await with_public_events(url, events)
+        async with async_pool(url, max_size=16) as pool:
+            await scenario(pool, url)
+    asyncio.run(run())
 
-            # A stream woken by a later announcement never takes a read started before it: that read
-            # may not show the commit it was woken for.
-            earlier, later = await asyncio.gather(pages.read(ORG, CORPUS, 0, [], announced=8),
-                                                  pages.read(ORG, CORPUS, 0, [], announced=9))
-            assert earlier is not later and earlier == later
-    asyncio.run(scenario())
+
+def test_streams_at_one_position_share_one_read(databases):
+    async def scenario(pool, _url):
+        pages = StreamPages(pool)
+        pool.pop_stats()
+        # Twenty streams caught up at position 0, woken by the same announcement (count 7).
+        answers = await asyncio.gather(*(pages.read(ORG, CORPUS, 0, [], announced=7) for _ in range(20)))
+        assert all(answer is answers[0] for answer in answers)
+        events, next_position = answers[0]
+        assert [position for position, _ in events] == [1, 2, 3] and next_position == 3
+        assert pool.pop_stats().get("requests_num") == 1  # one pooled connection for all twenty
+
+        # A stream woken by a later announcement never takes a read started before it: that read
+        # may not show the commit it was woken for.
+        earlier, later = await asyncio.gather(pages.read(ORG, CORPUS, 0, [], announced=8),
+                                              pages.read(ORG, CORPUS, 0, [], announced=9))
+        assert earlier is not later and earlier == later
+    with_pool(databases, 3, scenario)
 
 
 def test_a_stream_that_hangs_up_leaves_the_others_their_page(databases):
-    url = databases.create()
-
-    async def scenario():
-        await with_public_events(url, 2)
-        async with async_pool(url) as pool:
-            pages = StreamPages(pool)
-            first = asyncio.create_task(pages.read(ORG, CORPUS, 0, [], announced=1))
-            await asyncio.sleep(0)  # the first stream's read is under way
-            others = [asyncio.create_task(pages.read(ORG, CORPUS, 0, [], announced=1)) for _ in range(4)]
-            first.cancel()  # its client went away mid-read
-            answers = await asyncio.gather(*others)
-            assert all([position for position, _ in events] == [1, 2] for events, _ in answers)
-            assert first.cancelled()
-    asyncio.run(scenario())
+    async def scenario(pool, _url):
+        pages = StreamPages(pool)
+        first = asyncio.create_task(pages.read(ORG, CORPUS, 0, [], announced=1))
+        await asyncio.sleep(0)  # the first stream's read is under way
+        others = [asyncio.create_task(pages.read(ORG, CORPUS, 0, [], announced=1)) for _ in range(4)]
+        first.cancel()  # its client went away mid-read
+        answers = await asyncio.gather(*others)
+        assert all([position for position, _ in events] == [1, 2] for events, _ in answers)
+        assert first.cancelled()
+    with_pool(databases, 2, scenario)
 
 
 async def reads_waiting_on(conn: AsyncConnection, table: str) -> int:
@@ -76,11 +79,8 @@ async def reads_waiting_on(conn: AsyncConnection, table: str) -> int:
 
 
 def test_streams_hold_at_most_four_pooled_connections(databases):
-    url = databases.create()
-
-    async def scenario():
-        await with_public_events(url, 1)
-        async with async_pool(url, max_size=16) as pool, await AsyncConnection.connect(url) as locker:
+    async def scenario(pool, url):
+        async with await AsyncConnection.connect(url) as locker:
             pages = StreamPages(pool, at_once=4)
             # Every page read waits while the feed's head is locked: a read that got a connection keeps it.
             await locker.execute("LOCK TABLE projector_checkpoints IN ACCESS EXCLUSIVE MODE")
@@ -95,4 +95,4 @@ def test_streams_hold_at_most_four_pooled_connections(databases):
             await locker.rollback()
             answers = await asyncio.gather(*reads)
             assert [len(events) for events, _ in answers] == [1] + [0] * 19
-    asyncio.run(scenario())
+    with_pool(databases, 1, scenario)

@@ -166,7 +166,8 @@ class DatabaseWatch:
         self.url = url
         self.settings = settings
         self.outage = OutageLog(process)
-        self.on_back = on_back  # awaited when an outage ends (the pool drops its dead connections)
+        # Awaited when an outage ends or the watch's connection was dropped: the pool drops its dead ones.
+        self.on_back = on_back
 
     @property
     def available(self) -> bool:
@@ -175,6 +176,7 @@ class DatabaseWatch:
     async def run(self) -> None:
         conn: psycopg.AsyncConnection | None = None
         options = connection_options(self.settings, f"{self.outage.process} watch", bounded_statements=True)
+        asked_again = False
         while True:
             try:
                 async with answer_within(self.settings.connect_timeout_seconds + PROBE_ANSWER_SECONDS):
@@ -182,16 +184,28 @@ class DatabaseWatch:
                         conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, **options)
                 async with answer_within(PROBE_ANSWER_SECONDS):
                     await conn.execute("SELECT 1")
-                if self.outage.back() and self.on_back is not None:
+                # Back from an outage, or from a dropped connection: the pool's may be dead too.
+                if (self.outage.back() or asked_again) and self.on_back is not None:
                     await self.on_back()
+                asked_again = False
             except asyncio.CancelledError:
                 if conn is not None:
                     await conn.close()
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure to answer is an outage
+                lost = conn is not None and isinstance(exc, psycopg.OperationalError)
                 if conn is not None:
                     await conn.close()
                 conn = None
+                if lost and not asked_again:
+                    # The server closed this connection (terminated, restarted, dropped while
+                    # idle): no outage until a new connection fails too, asked at once. Taken
+                    # for one, a drop found after the server was back refused every request
+                    # for a second after it had come back. A probe given no answer (a frozen
+                    # server) is one at once: its answer_within raises StorageUnavailable.
+                    asked_again = True
+                    continue
+                asked_again = False
                 self.outage.lost(exc)
             await asyncio.sleep(PROBE_INTERVAL_SECONDS)
 

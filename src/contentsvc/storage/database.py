@@ -71,6 +71,7 @@ class BoundedPool(AsyncConnectionPool):
                          timeout=float(settings.pool_wait_seconds), kwargs=kwargs, configure=keep_commits_durable)
         self.unresponsive_seconds = float(settings.unresponsive_seconds)
         self.watch = watch
+        self.lent = 0  # connections lent through `connection` right now
         # During an outage the pool and psycopg note each failed connect, cancellation and dropped
         # connection; the watch's database_unavailable / database_available lines say it once.
         for name in ("psycopg", "psycopg.pool"):
@@ -85,7 +86,11 @@ class BoundedPool(AsyncConnectionPool):
         try:
             async with answer_within(within or self.unresponsive_seconds), super().connection(timeout) as conn:
                 lent = True
-                yield conn
+                self.lent += 1
+                try:
+                    yield conn
+                finally:
+                    self.lent -= 1
         except PoolTimeout as exc:
             if not lent and self._every_connection_lent():
                 raise PoolBusy(str(exc)) from exc
@@ -93,10 +98,10 @@ class BoundedPool(AsyncConnectionPool):
 
     def _every_connection_lent(self) -> bool:
         """Whether a wait that ran out was for connections other requests hold while the database
-        answers (the API is busy), rather than for ones the pool could not open."""
-        stats = self.get_stats()
+        answers (the API is busy), rather than for ones the pool could not open. Counted here,
+        not from the pool's size: that counts connections being opened again after an outage too."""
         answering = self.watch is None or self.watch.available
-        return answering and stats["pool_size"] >= self.max_size and stats.get("pool_available", 0) == 0
+        return answering and self.lent >= self.max_size
 
 
 class PoolBusy(PoolTimeout):

@@ -351,6 +351,10 @@ def cmd_keys(args, settings: Settings) -> int:
     return 2
 
 
+BENCH_SUITES = ["ingest", "search", "quality", "upload", "plugins", "monitoring", "connectors", "embeddings",
+                "outbound"]
+
+
 def cmd_bench(args, settings: Settings) -> int:
     from contentsvc.bench import main as bench_main
 
@@ -492,9 +496,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", parents=[configured],
                        help="run a benchmark suite and write bench/results/SUITE.json")
-    p.add_argument("suite", choices=["ingest", "search", "quality", "upload", "plugins", "monitoring", "connectors",
-                                     "embeddings", "outbound"])
-    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.add_argument("suite", choices=BENCH_SUITES)
+    # argparse counts a REMAINDER positional as required: a bare `contentsvc bench` would name it.
+    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="SUITE_OPTIONS",
+                   help="the suite's own options (contentsvc bench SUITE --help)").required = False
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("config", help="the startup configuration")

@@ -1,5 +1,6 @@
-"""One bench at a time: a second `contentsvc bench` refuses at once, naming the running one,
-rather than measuring cores the first is using and overwriting its results (bench/__init__.py)."""
+"""`contentsvc bench` as an operator meets it: one bench at a time (a second refuses at once,
+naming the running one, rather than measuring cores the first is using and overwriting its
+results: bench/__init__.py), and a bare `contentsvc bench` asks for the suite alone."""
 
 from __future__ import annotations
 
@@ -28,3 +29,11 @@ def test_a_second_bench_refuses_and_names_the_running_one():
         assert "another bench is running (pid 4242, bench ingest)" in second.stderr
         assert "Traceback" not in second.stderr and second.stdout == ""
     assert running_bench() is None
+
+
+def test_a_bare_bench_asks_for_the_suite_only():
+    bare = subprocess.run([sys.executable, "-m", "contentsvc.cli", "bench"], capture_output=True, text=True,
+                          timeout=60)
+    assert bare.returncode == 2
+    last_line = bare.stderr.strip().splitlines()[-1]
+    assert last_line == "contentsvc bench: error: the following arguments are required: suite"

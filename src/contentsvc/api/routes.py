@@ -27,7 +27,7 @@ from msgspec import inspect
 from contentsvc.api.http import authenticate, read_body
 from contentsvc.auth.principal import Principal
 from contentsvc.config import MAX_INGEST_BYTES, Settings
-from contentsvc.domain.decoding import JSON_WHITESPACE, decode_body, pointer_of
+from contentsvc.domain.decoding import decode_body, pointer_of
 from contentsvc.domain.errors import ApiError, invalid_input
 
 B = TypeVar("B")
@@ -124,8 +124,10 @@ async def _read_declared_body(request: Request, spec: Operation) -> Any:
     if spec.body is None or isinstance(spec.body, Stream):
         return None  # no body, or one the route reads as a stream
     raw = await read_body(request, spec.body_limit)
-    if not spec.body_required and not raw.strip(JSON_WHITESPACE):
-        return None  # an optional body may be empty
+    if not spec.body_required and not raw:
+        # An optional body may be absent (empty); anything else must be the JSON the document
+        # declares. White space alone is no JSON text (RFC 8259), so it is malformed_json too.
+        return None
     return decode_body(raw, spec.body)
 
 

@@ -32,6 +32,11 @@ from contentsvc.processes.local_service import LocalService, create_database, dr
 from contentsvc.storage.migrations import migrate
 
 
+# How many lock requests on a table wait (tests hold a table locked to keep requests in flight).
+LOCK_WAITERS = ("SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+                " WHERE c.relname = %s AND NOT l.granted")
+
+
 def pytest_report_header(config) -> str | None:
     bench = running_bench()
     if bench:  # one overlapped a run once and failed two of its tests on their waits

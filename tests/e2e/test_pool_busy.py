@@ -10,14 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 
-from tests.conftest import assert_error, create_corpus, json_lines, until
+from tests.conftest import LOCK_WAITERS, assert_error, create_corpus, json_lines, until
 
 POOL_SIZE = 16  # the API's pool (storage/database.py async_pool)
-
-
-def waiting_on(conn: psycopg.Connection, table: str) -> int:
-    return conn.execute("SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
-                        " WHERE c.relname = %s AND NOT l.granted", (table,)).fetchone()[0]
 
 
 def test_a_full_pool_answers_429_server_busy_and_the_holders_finish(server, api):
@@ -27,7 +22,8 @@ def test_a_full_pool_answers_429_server_busy_and_the_holders_finish(server, api)
         # Every corpus read waits while the table is locked, keeping its pooled connection.
         locker.execute("LOCK TABLE corpora IN ACCESS EXCLUSIVE MODE")
         answers = [requests.submit(api.get, f"/v0/corpora/{corpus_id}") for _ in range(POOL_SIZE + 4)]
-        until(lambda: waiting_on(locker, "corpora") >= POOL_SIZE, "every pooled connection held", timeout=3)
+        until(lambda: locker.execute(LOCK_WAITERS, ("corpora",)).fetchone()[0] >= POOL_SIZE,
+              "every pooled connection held", timeout=3)
         health = requests.submit(api.get, "/v0/health")  # it too waits for a connection, and finds none
         refused = until(lambda: [a.result() for a in answers if a.done()], "the requests beyond the pool's",
                         timeout=6)

@@ -12,6 +12,7 @@ from psycopg import AsyncConnection
 
 from contentsvc.readmodel.changes import FEED_PROJECTOR, StreamPages
 from contentsvc.storage.database import async_pool
+from tests.conftest import LOCK_WAITERS
 
 ORG, CORPUS = "org_streams", "cor_streams"
 
@@ -72,10 +73,7 @@ def test_a_stream_that_hangs_up_leaves_the_others_their_page(databases):
 
 
 async def reads_waiting_on(conn: AsyncConnection, table: str) -> int:
-    cur = await conn.execute(
-        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
-        " WHERE c.relname = %s AND NOT l.granted", (table,))
-    return (await cur.fetchone())[0]
+    return (await (await conn.execute(LOCK_WAITERS, (table,))).fetchone())[0]
 
 
 def test_streams_hold_at_most_four_pooled_connections(databases):

@@ -16,7 +16,7 @@ from psycopg_pool import PoolTimeout
 from contentsvc.api import changes, corpora, health, openapi, receipts, records, search
 from contentsvc.api import operations, uploads
 from contentsvc.api.backlog import IngestBacklog
-from contentsvc.api.http import Services
+from contentsvc.api.http import Services, storage_failure
 from contentsvc.api.routes import with_options
 from contentsvc.connectors import push_routes as connector_push_routes
 from contentsvc.connectors import routes as connector_routes
@@ -41,10 +41,10 @@ from contentsvc.storage.availability import (
     unreachable,
     wait_until_answering,
 )
-from contentsvc.storage.database import BoundedPool, PoolBusy, async_pool
+from contentsvc.storage.database import BoundedPool, async_pool
 from contentsvc.storage.heap import freeze_start_up_heap
 from contentsvc.domain.cursors import CursorCodec
-from contentsvc.domain.errors import ApiError, server_busy, storage_unavailable
+from contentsvc.domain.errors import ApiError
 from contentsvc.ids import new_id
 from contentsvc.journal.store import PROGRESS_CHANNEL
 from contentsvc.logging import get_logger
@@ -84,13 +84,9 @@ def _http_error(_: Request, exc: HTTPException) -> Response:
 
 
 def _storage_error(request: Request, exc: Exception) -> Response:
-    log.warning("storage_unavailable", error=type(exc).__name__)
-    return _error_response(storage_unavailable(request.app.state.settings.database.retry_after_seconds))
-
-
-def _busy(request: Request, exc: Exception) -> Response:
-    log.warning("server_busy", error=type(exc).__name__)
-    return _error_response(server_busy())
+    error = storage_failure(exc, request.app.state.settings)
+    log.warning(error.code, error=type(exc).__name__)
+    return _error_response(error)
 
 
 def _unexpected(request: Request, exc: Exception) -> Response:
@@ -227,7 +223,6 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
             ApiError: _api_error,
             HTTPException: _http_error,
             psycopg.OperationalError: _storage_error,
-            PoolBusy: _busy,
             PoolTimeout: _storage_error,
             StorageUnavailable: _storage_error,
             Exception: _unexpected,

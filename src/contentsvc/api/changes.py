@@ -12,16 +12,15 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 from msgspec import Meta
 from psycopg_pool import PoolTimeout
 
-from contentsvc.api.http import Services, bearer_secret, cached_principal, respond, services
+from contentsvc.api.http import Services, bearer_secret, cached_principal, respond, services, storage_failure
 from contentsvc.api.routes import Call, Query, Stream, operation
 from contentsvc.auth.principal import Principal
 from contentsvc.readmodel.changes import ChangeCursors, hidden_families, read_page, start_position
 from contentsvc.config import CHANGE_PAGE_DEFAULT, CHANGE_PAGE_MAX
 from contentsvc.domain.models import ChangePage, NonEmpty
-from contentsvc.domain.errors import ApiError, not_found, server_busy, storage_unavailable
+from contentsvc.domain.errors import ApiError, not_found
 from contentsvc.logging import get_logger
 from contentsvc.storage.availability import StorageUnavailable
-from contentsvc.storage.database import PoolBusy
 from contentsvc.readmodel.corpora import existing_corpora
 
 log = get_logger("contentsvc.api.changes")
@@ -87,12 +86,10 @@ async def _stream(
     try:
         async for message in _events(request, svc, p, corpus_id, position, start_now):
             yield message
-    except PoolBusy:
-        log.warning("stream_server_busy")
-        yield _stream_error(server_busy())
     except (StorageUnavailable, psycopg.OperationalError, PoolTimeout) as exc:
-        log.warning("stream_storage_unavailable", error=type(exc).__name__)
-        yield _stream_error(storage_unavailable(svc.settings.database.retry_after_seconds))
+        error = storage_failure(exc, svc.settings)
+        log.warning(f"stream_{error.code}", error=type(exc).__name__)
+        yield _stream_error(error)
 
 
 async def _events(

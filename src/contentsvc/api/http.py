@@ -19,7 +19,8 @@ from contentsvc.readmodel.changes import FeedTicker, StreamPages
 from contentsvc.storage.notified_cache import NotifiedCache
 from contentsvc.config import Settings
 from contentsvc.domain.cursors import CursorCodec, InvalidCursor
-from contentsvc.domain.errors import ApiError
+from contentsvc.domain.errors import ApiError, server_busy, storage_unavailable
+from contentsvc.storage.database import PoolBusy
 
 if TYPE_CHECKING:
     from contentsvc.search.corpus_routes import CorpusRoutes
@@ -49,6 +50,14 @@ class Services:
 
 def services(request: Request) -> Services:
     return request.app.state.services
+
+
+def storage_failure(exc: BaseException, settings: Settings) -> ApiError:
+    """The answer to a request (or a change stream) whose storage failed: 429 `server_busy` when
+    every pooled connection stayed lent to other requests, else 503 `storage_unavailable`."""
+    if isinstance(exc, PoolBusy):
+        return server_busy()
+    return storage_unavailable(settings.database.retry_after_seconds)
 
 
 async def cached_principal(request: Request, secret: str) -> Principal | None:

@@ -126,7 +126,7 @@ async def accept_in_transaction(
     # Two entries of one request with the same key (in one family): the later replays or conflicts.
     first_by_key: dict[tuple[str, str], tuple[int, bytes]] = {}
     claims: dict[str, list[idempotency.Claim]] = {}
-    planned: dict[int, str] = {}
+    planned: dict[int, tuple[str, tuple[str, str]]] = {}  # index -> (receipt id, (family, key))
     same_request_later: list[tuple[int, int]] = []
     for i, cmd in live:
         digest = request_digest(cmd)
@@ -140,7 +140,7 @@ async def accept_in_transaction(
             continue
         first_by_key[keyed] = (i, digest)
         receipt_id = new_id("rcp")
-        planned[i] = receipt_id
+        planned[i] = (receipt_id, keyed)
         claims.setdefault(keyed[0], []).append(idempotency.Claim(cmd.idempotency_key, digest, 202, "receipt",
                                                                  receipt_id))
 
@@ -153,13 +153,13 @@ async def accept_in_transaction(
     for i, cmd in live:
         if i not in planned:
             continue
-        prior = priors.get((family_of(cmd), cmd.idempotency_key))
+        receipt_id, keyed = planned[i]
+        prior = priors.get(keyed)
         if isinstance(prior, ApiError):
             results[i] = prior
         elif prior is not None:
             results[i] = Accepted(prior.resource_id, replayed=True)
         else:
-            receipt_id = planned[i]
             if isinstance(cmd, IngestCommand):
                 blobs = {b.blob_id: verified[b.blob_id] for _, b in references[i]}
                 new_events.append(ingest_accepted(p.org_id, cmd, receipt_id, accepted_at, blobs))

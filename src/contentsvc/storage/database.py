@@ -8,7 +8,7 @@ CONTENTSVC_HOME: same code path, same SQL.
 from __future__ import annotations
 
 import logging
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -82,19 +82,18 @@ class BoundedPool(AsyncConnectionPool):
                          within: float | None = None) -> AsyncIterator[AsyncConnection]:
         if self.watch is not None and not self.watch.available:
             raise StorageUnavailable("the database is not answering")
-        lent = False
-        try:
-            async with answer_within(within or self.unresponsive_seconds), super().connection(timeout) as conn:
-                lent = True
-                self.lent += 1
-                try:
-                    yield conn
-                finally:
-                    self.lent -= 1
-        except PoolTimeout as exc:
-            if not lent and self._every_connection_lent():
-                raise PoolBusy(str(exc)) from exc
-            raise
+        async with answer_within(within or self.unresponsive_seconds), AsyncExitStack() as lending:
+            try:
+                conn = await lending.enter_async_context(super().connection(timeout))
+            except PoolTimeout as exc:  # the wait for a connection, not anything the body does
+                if self._every_connection_lent():
+                    raise PoolBusy(str(exc)) from exc
+                raise
+            self.lent += 1
+            try:
+                yield conn
+            finally:
+                self.lent -= 1
 
     def _every_connection_lent(self) -> bool:
         """Whether a wait that ran out was for connections other requests hold while the database

@@ -200,11 +200,13 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
         pool = async_pool(database_url, settings.database, watch)
         await pool.open(wait=False)
         instances: connector_push_routes.PushInstances = NotifiedCache(max_entries=10_000)
-        app.state.services = Services(settings, pool, CursorCodec(secret), FeedTicker(), StreamPages(pool),
-                                      LexicalSearcher(settings.home), VectorSearcher(settings.home),
-                                      public_base_url, PrincipalCache(), SingleCommandGroups(pool), PushIngests(pool),
-                                      PushAudit(pool), instances, CorpusRoutes(),
-                                      IngestBacklog(pool, settings.ingest.max_backlog_seconds))
+        app.state.services = Services(
+            settings=settings, pool=pool, cursors=CursorCodec(secret), feed_moved=FeedTicker(),
+            stream_pages=StreamPages(pool), lexical=LexicalSearcher(settings.home),
+            vectors=VectorSearcher(settings.home), public_base_url=public_base_url, keys=PrincipalCache(),
+            single_commands=SingleCommandGroups(pool), push_ingests=PushIngests(pool), push_audit=PushAudit(pool),
+            push_instances=instances, search_routes=CorpusRoutes(),
+            backlog=IngestBacklog(pool, settings.ingest.max_backlog_seconds))
         tasks = [asyncio.create_task(_listen(database_url, settings, app.state.services)),
                  asyncio.create_task(watch.run())]
         freeze_start_up_heap()

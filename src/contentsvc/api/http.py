@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from contentsvc.search.service import LexicalSearcher, VectorSearcher
 
 
-@dataclass
+# Keyword-only: several members share a type, so a positional slip would go unnoticed.
+@dataclass(kw_only=True)
 class Services:
     """What the routes share, on app.state.services."""
 

@@ -140,6 +140,10 @@ def test_a_notice_is_sent_signed_and_verified_and_succeeds(database_url, receive
     assert got.verified, got.error
     assert got.body == bytes(row["body"]) and got.webhook_id == d.event_id and d.event_id.startswith("wev_")
     assert got.headers["user-agent"].startswith("contentsvc-webhooks/")
+    # decisions-part2 "Deliveries" names every header; HTTP/1.1 adds Host and the body's length.
+    assert set(got.headers) == {"host", "content-length", "content-type", "user-agent", "webhook-id",
+                                "webhook-timestamp", "webhook-signature"}
+    assert got.headers["host"] == receiver.url.split("/")[2] and got.headers["content-type"] == "application/json"
     [attempt] = attempts(database_url, d.delivery_id)
     assert attempt["status_code"] == 200 and attempt["error_code"] is None and attempt["excerpt"] == "ok"
     [(corpus, payload)] = changes(database_url, d.delivery_id)

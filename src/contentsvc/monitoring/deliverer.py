@@ -25,6 +25,7 @@ import ssl
 import time
 from datetime import datetime, timezone
 
+import httpcore
 import httpx
 import psycopg
 from psycopg import AsyncConnection
@@ -34,7 +35,7 @@ from contentsvc.logging import get_logger
 from contentsvc.monitoring import deliveries
 from contentsvc.monitoring.deliveries import EXCERPT_BYTES, Claim, Outcome
 from contentsvc.monitoring.webhooks import request_headers
-from contentsvc.outbound_http import outbound_client
+from contentsvc.outbound_http import outbound_pool
 from contentsvc.projectors.base import Projector, counted, oldest_due
 from contentsvc.projectors.runner import connection_lost
 
@@ -75,7 +76,8 @@ class DeliveriesWorker(Projector):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.delivery_settings = settings.deliveries
-        self.client: httpx.AsyncClient | None = None
+        self.pool: httpcore.AsyncConnectionPool | None = None
+        self._targets: dict[str, tuple[httpcore.URL, bytes]] = {}  # destination_id -> (URL, Host header)
         self._idle_poll: float | None = None
         self._destinations_checked = 0.0
         self._in_flight: dict[asyncio.Task[Outcome], Claim] = {}
@@ -91,20 +93,27 @@ class DeliveriesWorker(Projector):
     async def open(self, conn: AsyncConnection) -> None:
         self._http()
 
-    def _http(self) -> httpx.AsyncClient:
-        if self.client is None:
-            self.client = outbound_client(follow_redirects=False, trust_env=False,
-                                          timeout=self.delivery_settings.attempt_timeout_seconds)
-        return self.client
+    def _http(self) -> httpcore.AsyncConnectionPool:
+        if self.pool is None:
+            self.pool = outbound_pool(trust_env=False)
+        return self.pool
+
+    def _target(self, destination_id: str) -> tuple[httpcore.URL, bytes]:
+        """Where a destination's POSTs go, and their Host header (httpx's URL parsing: IDNA, IPv6)."""
+        if destination_id not in self._targets:
+            url = httpx.URL(self.settings.destinations[destination_id].url)
+            self._targets[destination_id] = (httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port,
+                                                          target=url.raw_path), url.netloc)
+        return self._targets[destination_id]
 
     async def close(self) -> None:
         # Attempts still in flight are abandoned unrecorded: their leases expire and they are redone.
         for task in self._in_flight:
             task.cancel()
         self._in_flight.clear()
-        if self.client is not None:
-            await self.client.aclose()
-            self.client = None
+        if self.pool is not None:
+            await self.pool.aclose()
+            self.pool = None
 
     def idle_poll_seconds(self) -> float | None:
         return self._idle_poll
@@ -171,30 +180,39 @@ class DeliveriesWorker(Projector):
     async def send(self, claim: Claim) -> Outcome:
         """One attempt: POST the stored body, signed now; what came back, never what was sent."""
         destination = self.settings.destinations[claim.destination_id]
-        headers = request_headers(destination, claim.event_id, int(time.time()), claim.body)
+        url, host = self._target(claim.destination_id)
+        headers = [(b"host", host), (b"content-length", b"%d" % len(claim.body))] + [
+            (name.encode(), value.encode())
+            for name, value in request_headers(destination, claim.event_id, int(time.time()), claim.body).items()]
+        bound = self.delivery_settings.attempt_timeout_seconds
         started = datetime.now(timezone.utc)
         status_code = error_code = retry_after = None
         received = b""
         try:
-            async with asyncio.timeout(self.delivery_settings.attempt_timeout_seconds):
-                async with self._http().stream("POST", destination.url, content=claim.body,
-                                              headers=headers) as response:
-                    status_code = response.status_code
+            async with asyncio.timeout(bound):
+                async with self._http().stream(b"POST", url, headers=headers, content=claim.body, extensions={
+                        "timeout": {"connect": bound, "read": bound, "write": bound, "pool": bound}}) as response:
+                    status_code = response.status
                     if not 200 <= status_code < 300:
                         error_code = "http_status"
-                        retry_after = response.headers.get("retry-after")
-                    async for chunk in response.aiter_bytes():
+                        retry_after = _header(response.headers, b"retry-after")
+                    async for chunk in response.aiter_stream():
                         received += chunk
                         if len(received) >= EXCERPT_BYTES:
                             break
-        except (TimeoutError, httpx.TimeoutException):
+        except (TimeoutError, httpcore.TimeoutException):
             error_code = "timeout"
-        except httpx.ConnectError as exc:
+        except httpcore.ConnectError as exc:
             error_code = "tls_error" if _tls_failure(exc) else "connect_error"
-        except httpx.HTTPError as exc:  # a broken or unreadable answer
-            error_code = "tls_error" if _tls_failure(exc) else "invalid_response"
+        except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol) as exc:
+            error_code = "tls_error" if _tls_failure(exc) else "invalid_response"  # a broken or unreadable answer
         finished = datetime.now(timezone.utc)
         if status_code is not None and 200 <= status_code < 300:
             error_code = None  # a 2xx status line is the receiver's acceptance, whatever its body did next
         return Outcome(started_at=started, finished_at=finished, status_code=status_code, error_code=error_code,
                        response_excerpt=deliveries.excerpt(received), retry_after=retry_after)
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    """A response header's first value (`name` in lower case), decoded as Latin-1 as HTTP allows."""
+    return next((value.decode("latin-1") for key, value in headers if key.lower() == name), None)

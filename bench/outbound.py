@@ -5,9 +5,11 @@ Usage:
 
 No service: a loopback HTTP/1.1 server in a process of its own answers every POST with 200 at
 once, and this process sends webhook-sized POSTs (about 700 bytes with the Standard Webhooks
-headers) at --concurrency, on keep-alive connections, as the deliveries worker does. Two clients,
-in alternating runs (--runs each): `outbound_http.outbound_client` (httpcore on asyncio streams,
-what the service uses) and a plain `httpx.AsyncClient` (httpcore on anyio, the reference). Each
+headers) at --concurrency, on keep-alive connections, as the deliveries worker does. Three
+clients, in alternating runs (--runs each): `outbound_http.outbound_pool` (httpcore's pool on
+asyncio streams, what the deliveries worker sends through), `outbound_http.outbound_client`
+(httpx on that pool, what plugin calls use) and a plain `httpx.AsyncClient` (httpcore on anyio,
+the reference). Each
 run gives this process's CPU per request (the server's is not counted) and requests per second.
 Then the CPU of making one client, --clients times each: a plain httpx client loads the CA
 bundle every time, outbound_client once per process (docs/decisions.md, "Outbound HTTP").
@@ -25,12 +27,14 @@ import resource
 import statistics
 import sys
 import time
+from contextlib import asynccontextmanager
 from typing import Any
 
+import httpcore
 import httpx
 
 from contentsvc.bench.driver import RESULTS_DIR, Run, closing_lines, machine_line, write_results
-from contentsvc.outbound_http import outbound_client
+from contentsvc.outbound_http import outbound_client, outbound_pool
 
 RESULT_PATH = RESULTS_DIR / "outbound.json"
 BODY = b'{"type":"match.created","timestamp":"2026-01-01T00:00:00Z","data":{"match_id":"' + b"m" * 600 + b'"}}'
@@ -75,17 +79,41 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+@asynccontextmanager
+async def _httpx_poster(client: httpx.AsyncClient, url: str):
+    """post() -> status: a POST to `url` through an httpx client, its whole answer read."""
+    async with client:
+        async def post() -> int:
+            async with client.stream("POST", url, content=BODY, headers=HEADERS) as response:
+                async for _ in response.aiter_bytes():
+                    pass
+                return response.status_code
+        yield post
+
+
+@asynccontextmanager
+async def _pool_poster(pool: httpcore.AsyncConnectionPool, url: str):
+    """post() -> status: a POST to `url` through the connection pool alone, as the deliveries worker sends."""
+    async with pool:
+        async def post() -> int:
+            headers = [(b"host", url.split("/")[2].encode()), (b"content-length", b"%d" % len(BODY))] + [
+                (name.encode(), value.encode()) for name, value in HEADERS.items()]  # per POST, as the worker signs
+            async with pool.stream(b"POST", url, content=BODY, headers=headers) as response:
+                async for _ in response.aiter_stream():
+                    pass
+                return response.status
+        yield post
+
+
 async def _one_run(make_client, url: str, requests: int, concurrency: int) -> dict[str, float]:
-    async with make_client() as client:
+    client = make_client()
+    async with POSTERS[type(client)](client, url) as send:
         gate = asyncio.Semaphore(concurrency)
 
         async def post() -> None:
             async with gate:
-                async with client.stream("POST", url, content=BODY, headers=HEADERS) as response:
-                    async for _ in response.aiter_bytes():
-                        pass
-                    if response.status_code != 200:
-                        raise RuntimeError(f"the receiver answered {response.status_code}")
+                if (status := await send()) != 200:
+                    raise RuntimeError(f"the receiver answered {status}")
 
         await asyncio.gather(*(post() for _ in range(WARM_UP)))
         cpu, started = _cpu_seconds(), time.perf_counter()
@@ -103,7 +131,9 @@ def _client_cost(make_client, count: int) -> float:
     return round((_cpu_seconds() - cpu) / count * 1000, 3)
 
 
+POSTERS = {httpx.AsyncClient: _httpx_poster, httpcore.AsyncConnectionPool: _pool_poster}
 CLIENTS = {
+    "outbound_pool": lambda: outbound_pool(trust_env=False),
     "outbound_client": lambda: outbound_client(trust_env=False, timeout=15),
     "httpx_default": lambda: httpx.AsyncClient(trust_env=False, timeout=15),
 }
@@ -144,9 +174,9 @@ def main(argv: list[str]) -> int:
     run.finish()
 
     results = {name: {**_summary(r), "cpu_ms_to_make_a_client": making[name]} for name, r in runs.items()}
-    ours, reference = results["outbound_client"], results["httpx_default"]
-    results["cpu_per_request_ratio"] = round(ours["cpu_ms_per_request_median"]
-                                             / reference["cpu_ms_per_request_median"], 3)
+    reference = results["httpx_default"]["cpu_ms_per_request_median"]
+    results["cpu_per_request_ratio"] = round(results["outbound_client"]["cpu_ms_per_request_median"] / reference, 3)
+    results["pool_cpu_per_request_ratio"] = round(results["outbound_pool"]["cpu_ms_per_request_median"] / reference, 3)
     report = {
         **run.head("outbound"),
         "parameters": {"requests": args.requests, "warm_up": WARM_UP, "concurrency": args.concurrency,
@@ -166,6 +196,7 @@ def main(argv: list[str]) -> int:
               f"{r['requests_per_s_median']:,.0f} requests/s; {r['cpu_ms_to_make_a_client']:.3f} ms CPU to make a "
               f"client")
     print(f"  outbound_client / httpx_default, CPU per request: {results['cpu_per_request_ratio']}")
+    print(f"  outbound_pool / httpx_default, CPU per request: {results['pool_cpu_per_request_ratio']}")
     for line in closing_lines(report, RESULT_PATH):
         print(line)
     return 0

@@ -165,6 +165,14 @@ DESTINATION = '[destinations.alerts]\nurl = "{url}"\nsecret = "{secret}"\n'
      "destinations.alerts.headers.Webhook-Id: may not be set: the delivery sets it"),
     (DESTINATION.format(url="https://hooks.example/in", secret=WEBHOOK_SECRET) + "headers = {"
      + ", ".join(f'"x-h{n}" = "v"' for n in range(17)) + "}\n", "destinations.alerts.headers: at most 16 headers"),
+    # A line break would end the header (and start another); a value is sent as it is written.
+    (DESTINATION.format(url="https://hooks.example/in", secret=WEBHOOK_SECRET)
+     + 'headers = {"X-Team" = "ops\\r\\nX-Forged: 1"}\n',
+     "destinations.alerts.headers.X-Team: must be printable ASCII, without line breaks or surrounding spaces"),
+    (DESTINATION.format(url="https://hooks.example/in", secret=WEBHOOK_SECRET) + 'headers = {"X-Team" = "équipe"}\n',
+     "destinations.alerts.headers.X-Team: must be printable ASCII, without line breaks or surrounding spaces"),
+    (DESTINATION.format(url="https://ops:hunter2@hooks.example/in", secret=WEBHOOK_SECRET),
+     "destinations.alerts.url: may not hold a user name or password: put the receiver's credentials in headers"),
     (DESTINATION.format(url="https://hooks.example/in", secret=WEBHOOK_SECRET).replace("alerts", "Alerts"),
      "destinations.Alerts: the id must match ^[a-z][a-z0-9_-]{0,63}$"),
     ('[destinations.alerts]\nurl = "https://hooks.example/in"\n', "destinations.alerts.secret: is required"),

@@ -166,6 +166,9 @@ def _webhook_secret(value: str) -> bool:
 
 # An HTTP field name (RFC 9110 token); call fullmatch (a `$` would let a trailing newline through).
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# A field value of RFC 9110 in printable ASCII: no control character (a line break would end the
+# header), no leading or trailing space, nothing a receiver would have to guess the encoding of.
+HEADER_VALUE = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")
 
 
 def destination_problems(settings: Settings) -> Iterator[tuple[str, str]]:
@@ -178,6 +181,8 @@ def _destination_problems(entry: DestinationSettings) -> Iterator[tuple[str, str
     url = _http_url(entry.url)
     if url is None or (url[0] == "http" and not (is_loopback(url[1]) or entry.allow_http)):
         yield ".url", "must be an https URL (http only for a loopback host or with allow_http = true)"
+    elif "@" in urlsplit(entry.url).netloc:
+        yield ".url", "may not hold a user name or password: put the receiver's credentials in headers"
     secret_problem = f"must be {WEBHOOK_SECRET_PREFIX} followed by the base64 of {_SECRET_BYTES[0]} to " \
                      f"{_SECRET_BYTES[1]} bytes"
     if not _webhook_secret(entry.secret):
@@ -192,3 +197,5 @@ def _destination_problems(entry: DestinationSettings) -> Iterator[tuple[str, str
             yield f".headers.{name}", "is not a valid header name"
         elif lowered in RESERVED_HEADERS or lowered.startswith("webhook-"):
             yield f".headers.{name}", "may not be set: the delivery sets it"
+        elif not HEADER_VALUE.fullmatch(entry.headers[name]):
+            yield f".headers.{name}", "must be printable ASCII, without line breaks or surrounding spaces"

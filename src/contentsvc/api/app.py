@@ -42,7 +42,7 @@ from contentsvc.storage.availability import (
     wait_until_answering,
 )
 from contentsvc.storage.database import BoundedPool, async_pool
-from contentsvc.storage.heap import freeze_start_up_heap
+from contentsvc.storage.heap import freeze_start_up_heap, reuse_freed_buffers
 from contentsvc.domain.cursors import CursorCodec
 from contentsvc.domain.errors import ApiError
 from contentsvc.ids import new_id
@@ -210,6 +210,7 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
         tasks = [asyncio.create_task(_listen(database_url, settings, app.state.services)),
                  asyncio.create_task(watch.run())]
         freeze_start_up_heap()
+        reuse_freed_buffers()
         try:
             yield
         finally:

@@ -1,9 +1,18 @@
-"""The garbage collector's walks of the heap, kept away from long-running processes and bulk passes."""
+"""The heap of a long-running process: the garbage collector's walks kept away from it and from
+bulk passes, and the C allocator's freed buffers kept for reuse where buffers come and go fast."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import gc
+
+# glibc's mallopt(3) parameters. Setting either also ends glibc's own adjustment of both.
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024  # above this, a buffer gets pages of its own, returned when freed
+TRIM_THRESHOLD_BYTES = 16 * 1024 * 1024  # free memory kept at the heap's top before it is returned
 
 
 def freeze_start_up_heap() -> None:
@@ -28,3 +37,22 @@ def no_cycle_collections():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def reuse_freed_buffers() -> bool:
+    """Keep the buffers an upload's bytes pass through for reuse (glibc's malloc; elsewhere False).
+
+    A PUT's body arrives in pieces of about 256 KiB, each a new bytes object twice over (the
+    socket read, then the HTTP parser's body slice) and freed once hashed and written. With
+    glibc's defaults the heap's free top passed its trim threshold (twice the largest buffer
+    freed, here 512 KiB) again and again, so the heap gave those pages back to the kernel and
+    took fresh zeroed ones for the next pieces: about 24,000 page faults per 256 MiB PUT, and a
+    fifth of the API's CPU for it (docs/decisions.md, "Uploads"). Kept, at most the trim
+    threshold of freed memory stays with the process."""
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and \
+        bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))

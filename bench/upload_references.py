@@ -2,7 +2,7 @@
 
 A plain copy moves the bytes once, inside the kernel. A PUT moves them from the
 client's file through a loopback socket into the API, hashes them and writes them.
-Four references say how much of the gap is the API's:
+Five references say how much of the gap is the API's:
 
   - the client alone: the same httpx PUT of the same file to a server that only
     reads the body and throws it away (a separate process, so that it does not
@@ -47,13 +47,7 @@ from typing import Callable, Iterator
 
 import httpx
 
-from contentsvc.storage.blobstore import (
-    _SYNC_FILE_RANGE_WRITE,
-    WRITEBACK_EVERY,
-    FilesystemBlobStore,
-    PipelinedWriter,
-    _sync_file_range,
-)
+from contentsvc.storage.blobstore import WRITEBACK_EVERY, FilesystemBlobStore, PipelinedWriter, start_writeback
 
 CHUNK = 1024 * 1024
 # The event loop reads a socket 256 KiB at a time, and uvicorn hands the route what one read
@@ -182,8 +176,8 @@ def _serve_spliced(listener: socket.socket, store: Path) -> None:
                     moved += os.splice(pipe_out, fd, received - moved, offset_dst=written + moved)
                 written += received
                 hasher.written(written)
-                if _sync_file_range is not None and written - written_back >= WRITEBACK_EVERY:
-                    _sync_file_range(fd, written_back, written - written_back, _SYNC_FILE_RANGE_WRITE)
+                if written - written_back >= WRITEBACK_EVERY:
+                    start_writeback(fd, written_back, written - written_back)
                     written_back = written
             digest = hasher.hexdigest()
             os.fsync(fd)

@@ -109,6 +109,13 @@ def _load_sync_file_range():
 _sync_file_range = _load_sync_file_range()
 
 
+def start_writeback(fd: int, start: int, length: int) -> None:
+    """Start (not wait for) the disk's writing of `length` bytes of `fd` from `start`, where Linux
+    offers it: a file's final fsync then finds little left to do, however large the file."""
+    if _sync_file_range is not None:
+        _sync_file_range(fd, start, length, _SYNC_FILE_RANGE_WRITE)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -147,10 +154,8 @@ class FilesystemWriter:
             written = os.write(self._fd, view)
             view = view[written:]
         self._size += len(chunk)
-        if _sync_file_range is not None and self._size - self._written_back >= WRITEBACK_EVERY:
-            # Start (not wait for) writeback of what is written so far: the final fsync
-            # then finds little left to do, however large the Blob.
-            _sync_file_range(self._fd, self._written_back, self._size - self._written_back, _SYNC_FILE_RANGE_WRITE)
+        if self._size - self._written_back >= WRITEBACK_EVERY:
+            start_writeback(self._fd, self._written_back, self._size - self._written_back)
             self._written_back = self._size
 
     def hexdigest(self) -> str:

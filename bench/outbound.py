@@ -9,8 +9,8 @@ headers) at --concurrency, on keep-alive connections, as the deliveries worker d
 clients, in alternating runs (--runs each): `outbound_http.outbound_pool` (httpcore's pool on
 asyncio streams, what the deliveries worker sends through), `outbound_http.outbound_client`
 (httpx on that pool, what plugin calls use) and a plain `httpx.AsyncClient` (httpcore on anyio,
-the reference). Each
-run gives this process's CPU per request (the server's is not counted) and requests per second.
+the reference). Each run gives this process's CPU per request (the server's is not counted) and
+requests per second.
 Then the CPU of making one client, --clients times each: a plain httpx client loads the CA
 bundle every time, outbound_client once per process (docs/decisions.md, "Outbound HTTP").
 

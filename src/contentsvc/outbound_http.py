@@ -129,8 +129,8 @@ def outbound_pool(*, verify: ssl.SSLContext | bool = True, trust_env: bool = Tru
     """httpcore's connection pool on AsyncioBackend, with httpx's default limits: what every
     outbound client sends through, and what the deliveries worker sends through directly. A
     webhook needs none of httpx's request and response models (cookies, redirects, decoders), and
-    skipping them took 0.44 instead of 0.65 ms of the caller's CPU per webhook-sized POST at
-    concurrency 8 on loopback in `bench outbound` (docs/decisions.md, "Outbound HTTP")."""
+    skipping them took 0.44-0.49 instead of 0.65-0.74 ms of the caller's CPU per webhook-sized
+    POST at concurrency 8 on loopback in `bench outbound` (docs/decisions.md, "Outbound HTTP")."""
     return httpcore.AsyncConnectionPool(
         ssl_context=verifying_context(trust_env) if verify is True else httpx.create_ssl_context(
             verify=verify, trust_env=trust_env),

@@ -10,7 +10,7 @@ Five references say how much of the gap is the API's:
   - the blob store alone: the same bytes read from the page cache in 256 KiB pieces
     (as uvicorn hands them to the route) and given to the store's own
     PipelinedWriter and FilesystemWriter, as the PUT route does, until they are
-    fsync'd, in the bench's process, with no HTTP;
+    fsync'd, with no HTTP, in a process of its own with the API's allocator settings;
   - the hash alone: SHA-256 of the same bytes from the page cache in one thread. A
     digest is sequential, so no store that names a Blob by its SHA-256 while it
     receives it takes bytes faster than one core hashes them;
@@ -48,6 +48,7 @@ from typing import Callable, Iterator
 import httpx
 
 from contentsvc.storage.blobstore import WRITEBACK_EVERY, FilesystemBlobStore, PipelinedWriter, start_writeback
+from contentsvc.storage.heap import reuse_freed_buffers
 
 CHUNK = 1024 * 1024
 # The event loop reads a socket 256 KiB at a time, and uvicorn hands the route what one read
@@ -256,7 +257,14 @@ def hash_alone_seconds(source: Path) -> float:
 
 def store_alone_seconds(source: Path, store_root: Path) -> float:
     """Seconds for the blob store's own code to hash, write and fsync `source` (read from the page
-    cache: it was just written) fed as the PUT route feeds it, without HTTP. The file is dropped."""
+    cache: it was just written) fed as the PUT route feeds it, without HTTP, in a process of its
+    own with the API's allocator settings (storage/heap.py reuse_freed_buffers). The file is dropped."""
+    argv = [sys.executable, "-m", "contentsvc.bench.upload_references", "store-alone", str(source), str(store_root)]
+    return float(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+
+
+def _store_alone(source: Path, store_root: Path) -> float:
+    reuse_freed_buffers()  # as the API does at start
     store = FilesystemBlobStore(store_root)
 
     async def feed() -> None:
@@ -275,6 +283,9 @@ def store_alone_seconds(source: Path, store_root: Path) -> float:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["store-alone"]:
+        print(_store_alone(Path(sys.argv[2]), Path(sys.argv[3])))
+        sys.exit(0)
     with socket.create_server(("127.0.0.1", 0)) as listening:
         print(listening.getsockname()[1], flush=True)
         if sys.argv[2:] == ["spliced"]:

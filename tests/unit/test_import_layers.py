@@ -30,7 +30,7 @@ LAYERS: list[set[str]] = [
     {"journal"},
     {"slice_events"},
     {"storage"},
-    {"config", "logging", "ids", "overlap", "outbound_http"},
+    {"config", "logging", "ids", "overlap", "outbound_http", "libc"},
     {"manifest"},
 ]
 LAYER_OF = {package: depth for depth, packages in enumerate(LAYERS) for package in packages}

@@ -13,7 +13,6 @@ dies first, by the kernel's parent-death signal).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ import httpx
 from contentsvc.config.environment import CONFIG_VARIABLE, PLUGIN_TOKEN_VARIABLE, child_environment
 from contentsvc.logging import get_logger
 from contentsvc.outbound_http import verifying_context
+from contentsvc.libc import libc_function
 from contentsvc.processes.listener import EXIT_BUSY
 from contentsvc.processes.registry import API, PROCESSES, ProcessKind
 
@@ -35,16 +35,16 @@ log = get_logger("contentsvc.processes.supervisor")
 CHILD_STOP_SECONDS = 5.0  # SIGTERM to SIGKILL; the embedded server's stop (3 s fast, then immediate) follows
 POSTGRES_RETRY_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1
+_prctl = libc_function("prctl")  # looked up here: the child calls it between fork and exec
 
 
 def _die_with_parent(parent: int):
     """Runs in the child before exec: SIGTERM when the supervisor dies, even by SIGKILL."""
 
     def arm() -> None:
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        except (OSError, AttributeError):  # not Linux: orphans are then the operator's to stop
+        if _prctl is None:  # not Linux: orphans are then the operator's to stop
             return
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:  # the parent died before the signal was armed
             os._exit(0)
 

@@ -32,7 +32,6 @@ read), so one instance can be shared between threads.
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import json
 import os
@@ -43,6 +42,7 @@ import numpy as np
 
 from contentsvc.config import current_settings
 from contentsvc.search.minilm_graph import OUTPUT, build_encoder, encoder_session
+from contentsvc.storage.heap import return_freed_memory
 
 DIMENSIONS = 384
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -111,15 +111,6 @@ def _read_json(path: Path, default: dict | None = None) -> dict:
         return json.load(f)
 
 
-def _return_freed_memory() -> None:
-    """Hands the heap freed by building the encoder (the weights and two serialized graphs,
-    about 115 MB) back to the system: glibc keeps it otherwise, in every process that embeds."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: the memory is reused for later allocations anyway
-        pass
-
-
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 sentence embeddings: 384 float32 dimensions, unit norm."""
 
@@ -183,7 +174,7 @@ class MiniLMEmbedder:
             build_encoder(weights, config, precision, lambda text: tokenizer.encode(text).ids),
             threads=threads or len(os.sched_getaffinity(0)))
         del weights
-        _return_freed_memory()
+        return_freed_memory()
 
     # -- public API ---------------------------------------------------------
 

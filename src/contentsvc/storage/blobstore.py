@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import ctypes
-import ctypes.util
 import hashlib
 import os
 import re
@@ -31,6 +30,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Iterator, Protocol
+
+from contentsvc.libc import libc_function
 
 CHUNK = 1024 * 1024
 _KEY = re.compile(r"^sha256/([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{64})$")
@@ -94,19 +95,8 @@ WRITEBACK_EVERY = 8 * 1024 * 1024
 _SYNC_FILE_RANGE_WRITE = 2
 
 
-def _load_sync_file_range():
-    """Linux sync_file_range(2), or None: lets the disk start writing while bytes still arrive."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fn = libc.sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_sync_file_range = _load_sync_file_range()
+# Linux sync_file_range(2), or None: lets the disk start writing while bytes still arrive.
+_sync_file_range = libc_function("sync_file_range", [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint])
 
 
 def start_writeback(fd: int, start: int, length: int) -> None:

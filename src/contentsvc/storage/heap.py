@@ -1,18 +1,22 @@
 """The heap of a long-running process: the garbage collector's walks kept away from it and from
-bulk passes, and the C allocator's freed buffers kept for reuse where buffers come and go fast."""
+bulk passes, and the C allocator's freed memory kept for reuse where buffers come and go fast, or
+handed back after a one-time peak."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import gc
+
+from contentsvc.libc import libc_function
 
 # glibc's mallopt(3) parameters. Setting either also ends glibc's own adjustment of both.
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024  # above this, a buffer gets pages of its own, returned when freed
 TRIM_THRESHOLD_BYTES = 16 * 1024 * 1024  # free memory kept at the heap's top before it is returned
+_mallopt = libc_function("mallopt", [ctypes.c_int, ctypes.c_int])
+_malloc_trim = libc_function("malloc_trim", [ctypes.c_size_t])
 
 
 def freeze_start_up_heap() -> None:
@@ -49,10 +53,15 @@ def reuse_freed_buffers() -> bool:
     took fresh zeroed ones for the next pieces: about 24,000 page faults per 256 MiB PUT, and a
     fifth of the API's CPU for it (docs/decisions.md, "Uploads"). Kept, at most the trim
     threshold of freed memory stays with the process."""
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):
+    if _mallopt is None:
         return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and \
-        bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    return bool(_mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and \
+        bool(_mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+
+
+def return_freed_memory() -> None:
+    """Hands what the heap holds free back to the system after a one-time peak (building the
+    encoder: the weights and two serialized graphs, about 115 MB), which glibc keeps otherwise, in
+    every process that embeds. Not glibc: the memory is reused for later allocations anyway."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)

@@ -7,6 +7,7 @@ started for the session under a temporary directory.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -238,6 +239,17 @@ def until(probe, what: str, timeout: float = 40.0):
             return found
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
+
+
+async def until_async(condition, what: str, timeout: float = 30.0, every: float = 0.05):
+    """condition()'s first truthy answer, polled every `every` s without blocking the event loop;
+    fails naming `what` after `timeout` s."""
+    for _ in range(int(timeout / every)):
+        value = condition()
+        if value:
+            return value
+        await asyncio.sleep(every)
+    raise AssertionError(f"timed out waiting until {what}")
 
 
 def suspend_caught_up(server: ServerProcess, fold: str) -> psutil.Process:

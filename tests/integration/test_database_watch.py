@@ -11,6 +11,7 @@ import psycopg
 
 from contentsvc.config.settings import DatabaseSettings
 from contentsvc.storage.availability import PROBE_INTERVAL_SECONDS, DatabaseWatch
+from tests.conftest import until_async
 
 
 def drop_watch_connection(admin_url: str, dbname: str) -> int:
@@ -48,17 +49,13 @@ def test_a_dropped_connection_is_no_outage_and_the_pool_is_checked(databases, ad
                 admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS false')
             try:
                 await asyncio.to_thread(drop_watch_connection, admin_url, dbname)
-                deadline = time.monotonic() + 5 * PROBE_INTERVAL_SECONDS
-                while watch.available:
-                    assert time.monotonic() < deadline, "the refused connections were never taken for an outage"
-                    await asyncio.sleep(0.01)
+                await until_async(lambda: not watch.available, "the refused connections are taken for an outage",
+                                  timeout=5 * PROBE_INTERVAL_SECONDS, every=0.01)
             finally:
                 with psycopg.connect(admin_url, autocommit=True) as admin:
                     admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
-            deadline = time.monotonic() + 5 * PROBE_INTERVAL_SECONDS
-            while not watch.available:
-                assert time.monotonic() < deadline, "the watch never saw the database back"
-                await asyncio.sleep(0.01)
+            await until_async(lambda: watch.available, "the watch sees the database back",
+                              timeout=5 * PROBE_INTERVAL_SECONDS, every=0.01)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

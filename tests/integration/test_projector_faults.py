@@ -30,7 +30,7 @@ from contentsvc.operator.projectors import print_status
 from contentsvc.operator.workers import print_worker_status
 from contentsvc.projectors.base import Projector, TableFold
 from contentsvc.projectors.runner import run
-from tests.conftest import status_table_rows
+from tests.conftest import status_table_rows, until_async
 from tests.integration.plugin_processes import CONTENTSVC
 from tests.integration.test_projector_contract import (FailedUploadsIndexed, FailedUploadsTally, append_events, head,
                                                        received_upload, tally_counts, tally_database)
@@ -78,15 +78,6 @@ def fault_row(url: str) -> tuple | None:
                             " FROM projector_faults WHERE name = 'tally'").fetchone()
 
 
-async def until(condition, what: str, timeout: float = 30.0):
-    for _ in range(int(timeout / 0.05)):
-        value = condition()
-        if value:
-            return value
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting until {what}")
-
-
 @asynccontextmanager
 async def running(url: str, projector: Projector, **options) -> AsyncIterator[asyncio.Task]:
     """The real runner folding with `projector` until the block ends (short retries by default)."""
@@ -101,8 +92,8 @@ async def running(url: str, projector: Projector, **options) -> AsyncIterator[as
 
 
 async def cleared_and_caught_up(url: str, through: int) -> None:
-    await until(lambda: fault_row(url) is None, "the fault is cleared")
-    await until(lambda: checkpoint(url) == through, "the fold catches up")
+    await until_async(lambda: fault_row(url) is None, "the fault is cleared")
+    await until_async(lambda: checkpoint(url) == through, "the fold catches up")
 
 
 def checkpoint(url: str) -> int:
@@ -129,12 +120,12 @@ def test_a_failing_event_stops_its_fold_there_and_is_named_until_a_step_gets_pas
     async def scenario() -> None:
         async with running(url, projector) as task:
             # Retried one event at a time, the fault narrows to the poisoned event; the ones before it are folded.
-            row = await until(lambda: (r := fault_row(url)) and r[2] == r[3] and r, "the fault names one event")
+            row = await until_async(lambda: (r := fault_row(url)) and r[2] == r[3] and r, "the fault names one event")
             assert row[:5] == ("ValueError", f"cannot fold position {poison}", poison, poison, "upload.failed")
             assert (await tally_counts(url))[1:] == (39, journal[38])
             assert not task.done()  # the runner stays up and keeps its place
             attempts = row[5]
-            await until(lambda: fault_row(url)[5] > attempts, "it retries")
+            await until_async(lambda: fault_row(url)[5] > attempts, "it retries")
             status = status_text(url, tmp_path, capsys)
             assert "tally │ yes" in status and f"position {poison} (upload.failed)" in status, status
             assert "ValueError: cannot fold" in status, status
@@ -171,7 +162,7 @@ def test_a_database_error_is_recorded_by_its_type_and_sqlstate_never_by_the_valu
 
     async def scenario() -> None:
         async with running(url, projector):
-            row = await until(lambda: (r := fault_row(url)) and r[2] == r[3] and r, "the fault names one event")
+            row = await until_async(lambda: (r := fault_row(url)) and r[2] == r[3] and r, "the fault names one event")
             assert row[:5] == ("InvalidTextRepresentation", "sqlstate 22P02", journal[1], journal[1], "upload.failed")
             projector.poisoned.clear()
             await cleared_and_caught_up(url, journal[-1])
@@ -201,12 +192,12 @@ def test_an_event_that_does_not_decode_is_named_and_folded_once_it_does(url):
 
     async def scenario() -> None:
         async with running(url, PoisonedTally()):
-            row = await until(lambda: fault_row(url), "the fault is recorded")
+            row = await until_async(lambda: fault_row(url), "the fault is recorded")
             assert row[0] == "UndecodableEvent" and row[2:5] == (bad, bad, "upload.failed"), row
             assert f"upload.failed event at position {bad} does not decode" in row[1]
             # Named at once (the reader knows the position); the events before it are folded next.
-            await until(lambda: checkpoint(url) == journal[3], "the events before it are folded")
-            await until(lambda: fault_row(url)[5] > row[5], "it retries")
+            await until_async(lambda: checkpoint(url) == journal[3], "the events before it are folded")
+            await until_async(lambda: fault_row(url)[5] > row[5], "it retries")
             assert checkpoint(url) == journal[3] and fault_row(url)[:5] == row[:5]
             with psycopg.connect(url, autocommit=True) as conn:  # as a release that reads it would
                 rewrite_payload(conn, bad, good)
@@ -262,14 +253,14 @@ def test_a_worker_fault_on_no_event_is_cleared_only_once_its_steps_keep_succeedi
     async def scenario() -> None:
         async with running(url, FlakyWorker(failures=4), poll_seconds=0.02, fault_retry_first_seconds=0.02,
                            fault_settled_seconds=3.0):
-            row = await until(lambda: (r := fault_row(url)) and r[5] == 4 and r, "four attempts")
+            row = await until_async(lambda: (r := fault_row(url)) and r[5] == 4 and r, "four attempts")
             assert row[:5] == ("RuntimeError", "the answer cannot be stored", None, None, None)
             assert print_worker_status(url, {"tally": FlakyWorker}, as_json=True) == 0
             document = json.loads(capsys.readouterr().out)
             assert document["workers"] == [{"name": "tally", "position": None, "lag": None, "waiting": None,
                                             "running": True}]
             assert [(f["name"], f["first_position"], f["attempts"]) for f in document["faults"]] == [("tally", None, 4)]
-            await until(lambda: fault_row(url) is None, "the fault is cleared")
+            await until_async(lambda: fault_row(url) is None, "the fault is cleared")
 
     with capture_logs() as logs:
         asyncio.run(scenario())
@@ -334,9 +325,9 @@ def test_a_fault_bound_past_the_journal_head_never_moves_the_checkpoint_past_it(
 
     async def scenario() -> None:
         async with running(url, PoisonedTally()):
-            await until(lambda: checkpoint(url) == positions(url)[-1], "the fold reaches the head")
+            await until_async(lambda: checkpoint(url) == positions(url)[-1], "the fold reaches the head")
             await append_events(url, 5)
-            await until(lambda: checkpoint(url) == positions(url)[-1], "the fold folds what came after")
+            await until_async(lambda: checkpoint(url) == positions(url)[-1], "the fold folds what came after")
 
     asyncio.run(scenario())
     assert asyncio.run(tally_counts(url)) == (10, 10, positions(url)[-1])

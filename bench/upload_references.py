@@ -187,13 +187,13 @@ def _serve_spliced(listener: socket.socket, store: Path) -> None:
             _answer_digest(conn, digest)
 
 
-def _put_seconds(chunks: Iterator[bytes], headers: dict[str, str], store: Path | None,
-                 spliced: bool = False) -> float:
-    """Seconds for httpx to PUT `chunks` to a `_serve` (or `_serve_spliced`) server on loopback, in
-    its own process (so that it does not share the client's interpreter); with `store`, the answer
-    must be the SHA-256 the client sent as x-content-sha256."""
-    argv = [sys.executable, "-m", "contentsvc.bench.upload_references"] + ([str(store)] if store else []) \
-        + (["spliced"] if spliced else [])
+def _put_seconds(chunks: Iterator[bytes], headers: dict[str, str], receiver: str, store: Path | None = None) -> float:
+    """Seconds for httpx to PUT `chunks` to a `receiver` ("discard", "bare" or "spliced") on
+    loopback, in its own process (so that it does not share the client's interpreter); given a
+    `store` to write into, the answer must be the SHA-256 the client sent as x-content-sha256."""
+    if store is not None:
+        store.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "contentsvc.bench.upload_references", receiver] + ([str(store)] if store else [])
     server = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     try:
         port = int(server.stdout.readline())
@@ -212,22 +212,20 @@ def _put_seconds(chunks: Iterator[bytes], headers: dict[str, str], store: Path |
 
 def client_alone_seconds(chunks: Iterator[bytes], headers: dict[str, str]) -> float:
     """Seconds for httpx to PUT `chunks` to a server on loopback that discards them."""
-    return _put_seconds(chunks, headers, None)
+    return _put_seconds(chunks, headers, "discard")
 
 
 def bare_receiver_seconds(chunks: Iterator[bytes], headers: dict[str, str], store: Path) -> float:
     """Seconds for httpx to PUT `chunks` to a bare receiver that hashes, writes and fsyncs them in
     `store`; `headers` carry the bytes' SHA-256 as x-content-sha256, checked against its answer."""
-    store.mkdir(parents=True, exist_ok=True)
-    return _put_seconds(chunks, headers, store)
+    return _put_seconds(chunks, headers, "bare", store)
 
 
 def spliced_receiver_seconds(chunks: Iterator[bytes], headers: dict[str, str], store: Path) -> float:
     """Seconds for httpx to PUT `chunks` to a spliced receiver that writes them into `store` with
     os.splice, hashes them from a memory mapping in a second thread and fsyncs them; `headers`
     carry the bytes' SHA-256 as x-content-sha256, checked against its answer."""
-    store.mkdir(parents=True, exist_ok=True)
-    return _put_seconds(chunks, headers, store, spliced=True)
+    return _put_seconds(chunks, headers, "spliced", store)
 
 
 def durably_timed(target: Path, write: Callable[[], None]) -> float:
@@ -283,12 +281,15 @@ def _store_alone(source: Path, store_root: Path) -> float:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["store-alone"]:
-        print(_store_alone(Path(sys.argv[2]), Path(sys.argv[3])))
+    # `store-alone SOURCE ROOT` prints its seconds; `discard`, `bare STORE` and `spliced STORE`
+    # print the port they answer on, then serve until killed.
+    mode, paths = sys.argv[1], [Path(arg) for arg in sys.argv[2:]]
+    if mode == "store-alone":
+        print(_store_alone(*paths))
         sys.exit(0)
     with socket.create_server(("127.0.0.1", 0)) as listening:
         print(listening.getsockname()[1], flush=True)
-        if sys.argv[2:] == ["spliced"]:
-            _serve_spliced(listening, Path(sys.argv[1]))
+        if mode == "spliced":
+            _serve_spliced(listening, paths[0])
         else:
-            _serve(listening, Path(sys.argv[1]) if len(sys.argv) > 1 else None)
+            _serve(listening, paths[0] if mode == "bare" else None)

@@ -34,7 +34,7 @@ import httpcore
 import httpx
 
 from contentsvc.bench.driver import RESULTS_DIR, Run, closing_lines, machine_line, write_results
-from contentsvc.outbound_http import outbound_client, outbound_pool
+from contentsvc.outbound_http import outbound_client, outbound_pool, pool_headers
 
 RESULT_PATH = RESULTS_DIR / "outbound.json"
 BODY = b'{"type":"match.created","timestamp":"2026-01-01T00:00:00Z","data":{"match_id":"' + b"m" * 600 + b'"}}'
@@ -96,8 +96,7 @@ async def _pool_poster(pool: httpcore.AsyncConnectionPool, url: str):
     """post() -> status: a POST to `url` through the connection pool alone, as the deliveries worker sends."""
     async with pool:
         async def post() -> int:
-            headers = [(b"host", url.split("/")[2].encode()), (b"content-length", b"%d" % len(BODY))] + [
-                (name.encode(), value.encode()) for name, value in HEADERS.items()]  # per POST, as the worker signs
+            headers = pool_headers(url.split("/")[2].encode(), BODY, HEADERS)  # per POST, as the worker signs
             async with pool.stream(b"POST", url, content=BODY, headers=headers) as response:
                 async for _ in response.aiter_stream():
                     pass

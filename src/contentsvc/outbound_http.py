@@ -141,6 +141,13 @@ def outbound_pool(*, verify: ssl.SSLContext | bool = True, trust_env: bool = Tru
     )
 
 
+def pool_headers(host: bytes, body: bytes, headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    """A request's headers as the pool takes them: `headers` with the Host and Content-Length of a
+    body sent whole, which httpx would otherwise add."""
+    return [(b"host", host), (b"content-length", b"%d" % len(body))] + [
+        (name.encode(), value.encode()) for name, value in headers.items()]
+
+
 class AsyncioTransport(httpx.AsyncHTTPTransport):
     """httpx's HTTP/1.1 transport with its connection pool on AsyncioBackend."""
 

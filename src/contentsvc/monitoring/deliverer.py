@@ -35,7 +35,7 @@ from contentsvc.logging import get_logger
 from contentsvc.monitoring import deliveries
 from contentsvc.monitoring.deliveries import EXCERPT_BYTES, Claim, Outcome
 from contentsvc.monitoring.webhooks import request_headers
-from contentsvc.outbound_http import outbound_pool
+from contentsvc.outbound_http import outbound_pool, pool_headers
 from contentsvc.projectors.base import Projector, counted, oldest_due
 from contentsvc.projectors.runner import connection_lost
 
@@ -181,9 +181,8 @@ class DeliveriesWorker(Projector):
         """One attempt: POST the stored body, signed now; what came back, never what was sent."""
         destination = self.settings.destinations[claim.destination_id]
         url, host = self._target(claim.destination_id)
-        headers = [(b"host", host), (b"content-length", b"%d" % len(claim.body))] + [
-            (name.encode(), value.encode())
-            for name, value in request_headers(destination, claim.event_id, int(time.time()), claim.body).items()]
+        headers = pool_headers(host, claim.body, request_headers(destination, claim.event_id, int(time.time()),
+                                                                 claim.body))
         bound = self.delivery_settings.attempt_timeout_seconds
         started = datetime.now(timezone.utc)
         status_code = error_code = retry_after = None

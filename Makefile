@@ -35,15 +35,7 @@ fuzz:
 	$(PYTHON) tests/fuzz/run.py
 
 bench:
-	contentsvc bench ingest
-	contentsvc bench search
-	contentsvc bench quality
-	contentsvc bench upload
-	contentsvc bench plugins
-	contentsvc bench monitoring
-	contentsvc bench connectors
-	contentsvc bench embeddings
-	contentsvc bench outbound
+	contentsvc bench all
 
 lint:
 	ruff check --select F,E9 src projectors bench tests

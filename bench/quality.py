@@ -31,8 +31,8 @@ from pathlib import Path
 import psycopg
 import tantivy
 
-from contentsvc.bench.driver import (DATASETS, RESULTS_DIR, BenchError, Progress, Run, closing_lines, meets,
-                                     teller, write_results)
+from contentsvc.bench.driver import (DATASETS, RESULTS_DIR, BenchError, Progress, Run, closing_lines, judge,
+                                     target_lines, teller, write_results)
 from contentsvc.bench.search import API_MAX_LIMIT, ingest_all, load_dataset, ndcg_at, raw_query, score
 from contentsvc.bench.service import OwnService, api_client, create_corpus
 from contentsvc.search.fusion import Fusion
@@ -47,7 +47,8 @@ FUSED_CANDIDATES = 30  # a search of 10 hits fuses 2 x 10 + 10 candidates of eac
 CANDIDATE_FUSIONS = [Fusion("rrf", rrf_k=k) for k in (5, 10, 20, 40, 60)] + [
     Fusion("zscore", lexical_weight=w / 20) for w in range(6, 15)]
 SPLIT_SEED = 20261124
-TARGETS = {"scifact_lexical_ndcg10": 0.684, "scifact_hybrid_ndcg10": 0.720}
+TARGETS = {"scifact_lexical_ndcg10": {"op": ">=", "value": 0.684, "unit": "nDCG@10"},
+           "scifact_hybrid_ndcg10": {"op": ">=", "value": 0.720, "unit": "nDCG@10"}}
 
 
 @dataclass(frozen=True)
@@ -194,9 +195,7 @@ async def run(args, clock: Run) -> dict:
     scifact = report["collections"]["scifact"]["modes"]
     measured = {"scifact_lexical_ndcg10": scifact["lexical"]["ndcg@10"],
                 "scifact_hybrid_ndcg10": scifact["hybrid"]["ndcg@10"]}
-    report["targets"] = {name: {"measured": measured[name], "op": ">=", "target": goal,
-                                "result": "pass" if meets(measured[name], ">=", goal) else "miss"}
-                         for name, goal in TARGETS.items()}
+    report["targets"] = judge(TARGETS, measured)
     clock.finish()
     report["machine"] = clock.machine
     report["timestamp"] = clock.timestamp
@@ -216,9 +215,7 @@ def summary(report: dict) -> str:
                      f"  ({', '.join(f['chosen'] for f in cv['folds'])})")
     lines.append(f"fusion tuned on cranfield: {choice['tuned_on_cranfield']}")
     lines.append(f"served: {choice['served']}")
-    for name, t in report["targets"].items():
-        lines.append(f"target {name:26s} >= {t['target']:<6} measured {t['measured']}  {t['result'].upper()}")
-    return "\n".join(lines + closing_lines(report, RESULT_PATH))
+    return "\n".join(lines + target_lines(report) + closing_lines(report, RESULT_PATH))
 
 
 def main(argv: list[str]) -> int:

@@ -25,6 +25,7 @@ if __name__ == "__main__" and any(sys.argv[1:1 + len(c)] == c for c in SERVICE_C
     # these processes run on asyncio alone, and that import was 60 ms of each one's start.
     sys.modules.setdefault("trio", None)
 
+from contentsvc.bench import SUITES as BENCH_SUITES
 from contentsvc.config import ConfigError, Configuration, Settings, install_settings, load_configuration
 from contentsvc.config.environment import CONFIG_VARIABLE
 from contentsvc.config.loader import DEFAULT_FILE
@@ -351,10 +352,6 @@ def cmd_keys(args, settings: Settings) -> int:
     return 2
 
 
-BENCH_SUITES = ["ingest", "search", "quality", "upload", "plugins", "monitoring", "connectors", "embeddings",
-                "outbound"]
-
-
 def cmd_bench(args, settings: Settings) -> int:
     from contentsvc.bench import main as bench_main
 
@@ -496,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", parents=[configured],
                        help="run a benchmark suite and write bench/results/SUITE.json")
-    p.add_argument("suite", choices=BENCH_SUITES)
+    p.add_argument("suite", choices=[*BENCH_SUITES, "all"])
     # argparse counts a REMAINDER positional as required: a bare `contentsvc bench` would name it.
     p.add_argument("rest", nargs=argparse.REMAINDER, metavar="SUITE_OPTIONS",
                    help="the suite's own options (contentsvc bench SUITE --help)").required = False

@@ -91,9 +91,9 @@ class DeliveriesWorker(Projector):
         return set(self.settings.destinations)
 
     async def open(self, conn: AsyncConnection) -> None:
-        self._http()
+        self._connection_pool()
 
-    def _http(self) -> httpcore.AsyncConnectionPool:
+    def _connection_pool(self) -> httpcore.AsyncConnectionPool:
         if self.pool is None:
             self.pool = outbound_pool(trust_env=False)
         return self.pool
@@ -189,7 +189,7 @@ class DeliveriesWorker(Projector):
         received = b""
         try:
             async with asyncio.timeout(bound):
-                async with self._http().stream(b"POST", url, headers=headers, content=claim.body, extensions={
+                async with self._connection_pool().stream(b"POST", url, headers=headers, content=claim.body, extensions={
                         "timeout": {"connect": bound, "read": bound, "write": bound, "pool": bound}}) as response:
                     status_code = response.status
                     if not 200 <= status_code < 300:

@@ -71,6 +71,16 @@ def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def cpu_model() -> str | None:
+    """The processor's name (/proc/cpuinfo on Linux): figures of two runs compare only on the same one."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    except OSError:
+        names = []
+    return names[0] if names else platform.processor() or None
+
+
 def machine_info() -> dict[str, Any]:
     try:
         affinity = len(os.sched_getaffinity(0))
@@ -79,6 +89,7 @@ def machine_info() -> dict[str, Any]:
     return {
         "nproc": affinity or os.cpu_count(),
         "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model(),
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
@@ -147,7 +158,8 @@ def fmt(v: Any, unit: str = "") -> str:
 
 
 def machine_line(machine: dict[str, Any]) -> str:
-    return (f"({machine['nproc']} cpu, python {machine['python']}, loadavg {machine['loadavg_start']} -> "
+    model = f", {machine['cpu_model']}" if machine.get("cpu_model") else ""
+    return (f"({machine['nproc']} cpu{model}, python {machine['python']}, loadavg {machine['loadavg_start']} -> "
             f"{machine['loadavg_end']})")
 
 

@@ -81,6 +81,22 @@ def cpu_model() -> str | None:
     return names[0] if names else platform.processor() or None
 
 
+def cpu_probe_ms(runs: int = 3) -> list[float]:
+    """Milliseconds one core takes for the same pure-Python loop, a few times over. loadavg only
+    sees this machine's own processes; a shared host's other tenants or a throttled clock show
+    here instead: on a steady machine the runs, and the probes before and after a suite, agree
+    within a few percent (on one machine here they spread from 1.03 to 1.47 s within a minute,
+    and a suite's figures moved with them)."""
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        total = 0
+        for i in range(1_000_000):
+            total += i
+        times.append(round((time.perf_counter() - started) * 1000, 1))
+    return times
+
+
 def machine_info() -> dict[str, Any]:
     try:
         affinity = len(os.sched_getaffinity(0))
@@ -97,12 +113,14 @@ def machine_info() -> dict[str, Any]:
         "psycopg": psycopg.__version__,
         "loadavg_start": None,
         "loadavg_end": None,
+        "cpu_probe_ms_start": None,
+        "cpu_probe_ms_end": None,
     }
 
 
 class Run:
-    """One run of a suite: when it started, how long it took, and the machine it ran on
-    with its load before and after (a noisy machine explains a slow figure)."""
+    """One run of a suite: when it started, how long it took, and the machine it ran on with its
+    load and the speed of one of its cores before and after (a noisy machine explains a slow figure)."""
 
     def __init__(self) -> None:
         quiet_http_logs()
@@ -111,6 +129,7 @@ class Run:
         self._t0 = time.perf_counter()
         self.machine = machine_info()
         self.machine["loadavg_start"] = loadavg()
+        self.machine["cpu_probe_ms_start"] = cpu_probe_ms()
 
     @property
     def timestamp(self) -> str:
@@ -118,6 +137,7 @@ class Run:
 
     def finish(self) -> None:
         self.machine["loadavg_end"] = loadavg()
+        self.machine["cpu_probe_ms_end"] = cpu_probe_ms()
 
     def duration_s(self) -> float:
         return round(time.perf_counter() - self._t0, 1)
@@ -159,8 +179,10 @@ def fmt(v: Any, unit: str = "") -> str:
 
 def machine_line(machine: dict[str, Any]) -> str:
     model = f", {machine['cpu_model']}" if machine.get("cpu_model") else ""
+    probes = [machine.get(f"cpu_probe_ms_{at}") for at in ("start", "end")]
+    probe = ", core probe " + " -> ".join(f"{min(p):g}-{max(p):g}" for p in probes if p) + " ms" if all(probes) else ""
     return (f"({machine['nproc']} cpu{model}, python {machine['python']}, loadavg {machine['loadavg_start']} -> "
-            f"{machine['loadavg_end']})")
+            f"{machine['loadavg_end']}{probe})")
 
 
 def target_lines(report: dict[str, Any]) -> list[str]:

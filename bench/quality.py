@@ -32,7 +32,7 @@ import psycopg
 import tantivy
 
 from contentsvc.bench.driver import (DATASETS, RESULTS_DIR, BenchError, Progress, Run, closing_lines, judge,
-                                     target_lines, teller, write_results)
+                                     machine_line, target_lines, teller, write_results)
 from contentsvc.bench.search import API_MAX_LIMIT, ingest_all, load_dataset, ndcg_at, raw_query, score
 from contentsvc.bench.service import OwnService, api_client, create_corpus
 from contentsvc.search.fusion import Fusion
@@ -203,7 +203,8 @@ async def run(args, clock: Run) -> dict:
 
 
 def summary(report: dict) -> str:
-    lines = [f"contentsvc bench quality  {report['timestamp']}  (HTTP API; raw engine in process)"]
+    lines = [f"contentsvc bench quality  {report['timestamp']}  {machine_line(report['machine'])}",
+             "through the HTTP API; the raw engine in process"]
     for c, found in report["collections"].items():
         lines.append(f"{c}: {found['docs']} docs, {found['queries']} judged queries")
         for mode, m in [*found["modes"].items(), ("raw engine", found["raw_engine"])]:

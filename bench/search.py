@@ -34,7 +34,7 @@ import tantivy
 
 from contentsvc.bench.http_load import LoadClient
 from contentsvc.bench.driver import (DATASETS, RESULTS_DIR, BenchError, Progress, Run, closing_lines, judge,
-                                     target_lines, teller, write_results)
+                                     machine_line, target_lines, teller, write_results)
 from contentsvc.bench.service import OwnService, api_client, create_corpus, folds_caught_up
 from contentsvc.bench.stats import latency_summary
 from contentsvc.search.lexical_index import WRITER_HEAP_PER_THREAD
@@ -432,8 +432,8 @@ async def run(args, clock: Run) -> dict:
 
 
 def summary(report: dict) -> str:
-    lines = [f"contentsvc bench search  {report['timestamp']}  SciFact: {report['docs']} docs, "
-             f"{report['queries']} test queries"]
+    lines = [f"contentsvc bench search  {report['timestamp']}  {machine_line(report['machine'])}",
+             f"SciFact: {report['docs']} docs, {report['queries']} test queries"]
     lines.append(f"ingest {report['ingest']}")
     for mode, m in report["modes"].items():
         lines.append(f"{mode:9s} nDCG@10 {m['ndcg@10']:.4f}  recall@{API_MAX_LIMIT} {m[f'recall@{API_MAX_LIMIT}']:.4f}"

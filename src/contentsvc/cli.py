@@ -492,7 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_mcp)
 
     p = sub.add_parser("bench", parents=[configured],
-                       help="run a benchmark suite and write bench/results/SUITE.json")
+                       help="run a benchmark suite (or all of them) and write bench/results/SUITE.json")
     p.add_argument("suite", choices=[*BENCH_SUITES, "all"])
     # argparse counts a REMAINDER positional as required: a bare `contentsvc bench` would name it.
     p.add_argument("rest", nargs=argparse.REMAINDER, metavar="SUITE_OPTIONS",

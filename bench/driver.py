@@ -85,8 +85,8 @@ def cpu_probe_ms(runs: int = 3) -> list[float]:
     """Milliseconds one core takes for the same pure-Python loop, a few times over. loadavg only
     sees this machine's own processes; a shared host's other tenants or a throttled clock show
     here instead: on a steady machine the runs, and the probes before and after a suite, agree
-    within a few percent (on one machine here they spread from 1.03 to 1.47 s within a minute,
-    and a suite's figures moved with them)."""
+    within a few percent (on one machine here ten times this loop took from 1.03 to 1.47 s within
+    a minute, and a suite's figures moved with it)."""
     times = []
     for _ in range(runs):
         started = time.perf_counter()
@@ -180,7 +180,7 @@ def fmt(v: Any, unit: str = "") -> str:
 def machine_line(machine: dict[str, Any]) -> str:
     model = f", {machine['cpu_model']}" if machine.get("cpu_model") else ""
     probes = [machine.get(f"cpu_probe_ms_{at}") for at in ("start", "end")]
-    probe = ", core probe " + " -> ".join(f"{min(p):g}-{max(p):g}" for p in probes if p) + " ms" if all(probes) else ""
+    probe = ", core probe " + " -> ".join(f"{min(p):g}-{max(p):g}" for p in probes) + " ms" if all(probes) else ""
     return (f"({machine['nproc']} cpu{model}, python {machine['python']}, loadavg {machine['loadavg_start']} -> "
             f"{machine['loadavg_end']}{probe})")
 

@@ -187,10 +187,11 @@ class DeliveriesWorker(Projector):
         started = datetime.now(timezone.utc)
         status_code = error_code = retry_after = None
         received = b""
+        timeouts = {"connect": bound, "read": bound, "write": bound, "pool": bound}
         try:
             async with asyncio.timeout(bound):
-                async with self._connection_pool().stream(b"POST", url, headers=headers, content=claim.body, extensions={
-                        "timeout": {"connect": bound, "read": bound, "write": bound, "pool": bound}}) as response:
+                async with self._connection_pool().stream(b"POST", url, headers=headers, content=claim.body,
+                                                          extensions={"timeout": timeouts}) as response:
                     status_code = response.status
                     if not 200 <= status_code < 300:
                         error_code = "http_status"

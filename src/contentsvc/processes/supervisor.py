@@ -24,9 +24,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from contentsvc.config.environment import CONFIG_VARIABLE, PLUGIN_TOKEN_VARIABLE, child_environment
+from contentsvc.libc import libc_function
 from contentsvc.logging import get_logger
 from contentsvc.outbound_http import verifying_context
-from contentsvc.libc import libc_function
 from contentsvc.processes.listener import EXIT_BUSY
 from contentsvc.processes.registry import API, PROCESSES, ProcessKind
 

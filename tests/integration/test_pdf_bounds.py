@@ -16,10 +16,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from contentsvc_plugins.pdf.bounded import READERS, READS_PER_READER, Bounds, read_bounded
+from contentsvc_plugins.pdf.bounded import READERS, READS_PER_READER, Bounds, _Reader, read_bounded
 from contentsvc_plugins.pdf.plugin import build
 from contentsvc_plugins.server import PluginError
-from tests.conftest import until
+from tests.conftest import until, until_async
 from tests.fixtures.plugins.make_pdf import SAMPLE_PAGES, SAMPLE_TITLE, inflating, long_report, make_pdf
 
 
@@ -165,11 +165,33 @@ def running_readers() -> set[int]:
     return {child.pid for child in forkserver.children() if running(child)}
 
 
-def test_no_reader_outlives_a_call_cancelled_while_its_reader_starts(normalizer, tmp_path):
+class Starts:
+    """How many reader starts are under way in threads: their readers may not be running yet."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+        start = _Reader.start
+
+        def counted() -> _Reader:
+            with self._lock:
+                self.count += 1
+            try:
+                return start()
+            finally:
+                with self._lock:
+                    self.count -= 1
+
+        monkeypatch.setattr(_Reader, "start", staticmethod(counted))
+
+
+def test_no_reader_outlives_a_call_cancelled_while_its_reader_starts(normalizer, tmp_path, monkeypatch):
     # A call may be cancelled (the plugin server shutting down) while a thread starts its reader:
     # asyncio's cancellation interrupts only the wait, the thread goes on and its reader is nobody's.
     # That reader ends by itself: dropping it closes the parent's end of its pipe, which it reads as
     # end of file. Cancelled after 0 to 19 ms, so that some land while the reader is forking.
+    starts_under_way = Starts(monkeypatch)
+
     async def cancelled_takes() -> None:
         held = await READERS.take()  # none is idle now, so each take() below forks one
         for delay_ms in range(20):
@@ -180,18 +202,16 @@ def test_no_reader_outlives_a_call_cancelled_while_its_reader_starts(normalizer,
                 started = await task
             except asyncio.CancelledError:
                 started = None
-            # every reader still running is held by this call or by the task that finished
+            # Once no thread is still starting one (a cancelled call's thread may be forking its
+            # reader after the call ended), every reader running is held by this call or by the
+            # task that finished.
             accounted = lambda: running_readers() <= {held.process.pid, started and started.process.pid}  # noqa: E731
-            deadline = time.monotonic() + 10
-            while not accounted() and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-            assert accounted()
+            await until_async(lambda: not starts_under_way.count and accounted(), "every reader accounted",
+                              timeout=10, every=0.01)
             if started is not None:
                 started.stop()
-        deadline = time.monotonic() + 10  # and once every thread has finished its start
-        while running_readers() - {held.process.pid} and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        assert running_readers() == {held.process.pid}
+        await until_async(lambda: running_readers() == {held.process.pid}, "only the held reader running",
+                          timeout=10, every=0.01)
         await READERS.give_back(held)
 
     asyncio.run(cancelled_takes())

@@ -212,6 +212,19 @@ def test_a_busy_port_is_refused_with_a_clear_message(running, tmp_path, command)
     assert not (home / "pgdata").exists()
 
 
+def test_a_command_beside_the_run_says_it_joined_the_embedded_server(running):
+    # The run started the embedded PostgreSQL; an operator's command in the same home shares that
+    # server, and its log says so instead of reading as a second server started.
+    started = [line for line in json_lines(running.log_path) if line.get("event") == "embedded_postgres_started"]
+    assert started and started[0]["pid"] == _postmaster_pid(running.home)
+    out = _cli("keys", "list", home=running.home)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stderr.splitlines() if line.startswith("{")]
+    joined = [line for line in lines if line["event"] == "embedded_postgres_joined"]
+    assert joined and joined[0]["pid"] == _postmaster_pid(running.home)
+    assert not [line for line in lines if line["event"] == "embedded_postgres_started"]
+
+
 def test_the_supervisor_restarts_a_dead_embedded_postgres(running):
     # The embedded server dies (SIGKILL to its postmaster): the supervisor starts it again on the
     # same socket, and the API answers health ok again without being restarted itself.

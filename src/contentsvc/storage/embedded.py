@@ -61,6 +61,18 @@ def _drop_dead_handles(pgdata: Path) -> None:
             log.info("embedded_postgres_stale_handles_removed", pids=[pid for pid in pids if pid not in alive])
 
 
+def _already_running(pgdata: Path) -> bool:
+    """Whether a server runs on pgdata already (another process of this home started it), as pgserver
+    decides whether to start one."""
+    from pgserver.utils import PostmasterInfo
+
+    try:
+        info = PostmasterInfo.read_from_pgdata(pgdata)
+    except (OSError, ValueError, IndexError):
+        return False
+    return info is not None and info.is_running()
+
+
 def start(home: Path):
     """Start (or join) the embedded PostgreSQL under home/pgdata; its pgserver handle."""
     import logging
@@ -78,11 +90,15 @@ def start(home: Path):
         return _servers[home]
     home.mkdir(parents=True, exist_ok=True)
     pgdata = pgdata_of(home)
+    running = False
     if pgdata.exists():
         _drop_dead_handles(pgdata)
+        running = _already_running(pgdata)
     server = pgserver.get_server(pgdata, cleanup_mode="stop")
     _servers[home] = server
-    log.info("embedded_postgres_started", pgdata=str(pgdata), pid=server.get_pid())
+    # A command run beside `contentsvc run` shares its server: "started" would read as a second one.
+    log.info("embedded_postgres_joined" if running else "embedded_postgres_started", pgdata=str(pgdata),
+             pid=server.get_pid())
     return server
 
 

@@ -253,8 +253,9 @@ def _size(path: Path) -> int:
 
 class GarbageCollector(PeriodicWorker):
     """The `gc` worker: a collection at start, then every `gc.interval_seconds`; and, every
-    STATISTICS_INTERVAL_SECONDS, an ANALYZE of the tables that grew, of the young ones among them
-    every YOUNG_INTERVAL_SECONDS, with a VACUUM of the queue tables full of dead rows (statistics.py)."""
+    STATISTICS_INTERVAL_SECONDS, an ANALYZE of the tables that grew and that autovacuum leaves
+    alone, of the young ones among all that grew every YOUNG_INTERVAL_SECONDS, with a VACUUM of the
+    queue tables full of dead rows (statistics.py)."""
 
     name = "gc"
 

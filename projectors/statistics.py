@@ -8,11 +8,15 @@ cached on the API's connections that nothing invalidates until the table is next
 (docs/decisions.md, Records and Receipts: "A fold's connection plans every statement").
 
 The gc worker calls `analyze_grown_tables` every STATISTICS_INTERVAL_SECONDS with the same
-rule autovacuum applies, read from the server's own settings, and every YOUNG_INTERVAL_SECONDS
-for the young tables alone. Where autovacuum keeps up, it finds nothing to do: autovacuum's
-ANALYZE resets the count of changes it looks at. It also calls `vacuum_queue_tables` every
-YOUNG_INTERVAL_SECONDS, by autovacuum's vacuum rule, for the tables whose rows are deleted once
-their work ends.
+rule autovacuum applies, read from the server's own settings, for the tables autovacuum leaves
+alone (autovacuum or track_counts off, or the table's autovacuum_enabled off), and every
+YOUNG_INTERVAL_SECONDS for the young tables alone, whoever analyzes them otherwise. A table
+autovacuum analyzes is left to it: a pass every STATISTICS_INTERVAL_SECONDS, twice in each of
+autovacuum's default minute (autovacuum_naptime), took every such table before autovacuum did,
+twice as often and at full speed, where autovacuum spreads the work with its cost delay.
+
+It also calls `vacuum_queue_tables` every YOUNG_INTERVAL_SECONDS, by autovacuum's vacuum rule,
+for the tables whose rows are deleted once their work ends.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ _LOCK_WAIT = "SET LOCAL lock_timeout = '1s'"
 # superuser has): on any other, ANALYZE skips with a warning, and the table would be named again
 # on every pass. The young pass looks only at tables that grew (rows added, not just changed):
 # a small table updated all the time (the projectors' checkpoints) keeps the shape of its plans.
+# The full pass looks only at tables autovacuum leaves alone (an autovacuum_enabled reloption is
+# stored as written: `off`, `false`, `0` all cast to false).
 _GROWN = """
 SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
 JOIN pg_database d ON d.datname = current_database()
@@ -47,14 +53,18 @@ WHERE s.schemaname = current_schema()
   AND s.n_mod_since_analyze > rule.changes
   AND (NOT %(young_only)s
        OR (greatest(c.reltuples, 0) < %(young_rows)s AND s.n_live_tup - greatest(c.reltuples, 0) > rule.changes))
+  AND (%(young_only)s OR NOT (current_setting('autovacuum')::bool AND current_setting('track_counts')::bool
+                               AND NOT EXISTS (SELECT 1 FROM unnest(c.reloptions) o
+                                               WHERE split_part(o, '=', 1) = 'autovacuum_enabled'
+                                                 AND NOT split_part(o, '=', 2)::bool)))
 ORDER BY s.relname
 """
 
 
 async def analyze_grown_tables(conn: AsyncConnection, young_only: bool = False) -> list[str]:
-    """ANALYZE every table of the current schema changed enough since its last ANALYZE
-    (autovacuum's rule), or only the young ones; the tables analyzed. `conn` is outside any
-    transaction, and left so."""
+    """ANALYZE every table of the current schema that autovacuum leaves alone and that changed
+    enough since its last ANALYZE (autovacuum's rule), or only the young ones that grew; the
+    tables analyzed. `conn` is outside any transaction, and left so."""
     async with conn.transaction():
         grown = await (await conn.execute(_GROWN, {"young_only": young_only,
                                                    "young_rows": YOUNG_TABLE_ROWS})).fetchall()

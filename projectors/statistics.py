@@ -42,7 +42,8 @@ _LOCK_WAIT = "SET LOCAL lock_timeout = '1s'"
 # on every pass. The young pass looks only at tables that grew (rows added, not just changed):
 # a small table updated all the time (the projectors' checkpoints) keeps the shape of its plans.
 # The full pass looks only at tables autovacuum leaves alone (an autovacuum_enabled reloption is
-# stored as written: `off`, `false`, `0` all cast to false).
+# stored as written: `off`, `false`, `0` all cast to false; CASE, because an AND may cast another
+# option's value, fillfactor's `70`, first).
 _GROWN = """
 SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
 JOIN pg_database d ON d.datname = current_database()
@@ -55,8 +56,8 @@ WHERE s.schemaname = current_schema()
        OR (greatest(c.reltuples, 0) < %(young_rows)s AND s.n_live_tup - greatest(c.reltuples, 0) > rule.changes))
   AND (%(young_only)s OR NOT (current_setting('autovacuum')::bool AND current_setting('track_counts')::bool
                                AND NOT EXISTS (SELECT 1 FROM unnest(c.reloptions) o
-                                               WHERE split_part(o, '=', 1) = 'autovacuum_enabled'
-                                                 AND NOT split_part(o, '=', 2)::bool)))
+                                               WHERE CASE WHEN split_part(o, '=', 1) = 'autovacuum_enabled'
+                                                          THEN NOT split_part(o, '=', 2)::bool END)))
 ORDER BY s.relname
 """
 

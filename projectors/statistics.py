@@ -24,6 +24,8 @@ from __future__ import annotations
 import psycopg
 from psycopg import AsyncConnection, sql
 
+from contentsvc.storage.server_settings import AUTOVACUUM
+
 STATISTICS_INTERVAL_SECONDS = 30.0
 # Young tables (statistics of fewer than YOUNG_TABLE_ROWS rows, or none yet) are looked at every
 # YOUNG_INTERVAL_SECONDS. Theirs are the plans a load makes wrong: on a nearly empty table a
@@ -41,9 +43,10 @@ _LOCK_WAIT = "SET LOCAL lock_timeout = '1s'"
 # superuser has): on any other, ANALYZE skips with a warning, and the table would be named again
 # on every pass. The young pass looks only at tables that grew (rows added, not just changed):
 # a small table updated all the time (the projectors' checkpoints) keeps the shape of its plans.
-# The full pass looks only at tables autovacuum leaves alone (an autovacuum_enabled reloption is
-# stored as written: `off`, `false`, `0` all cast to false; CASE, because an AND may cast another
-# option's value, fillfactor's `70`, first).
+# The full pass looks only at tables autovacuum leaves alone: a setting autovacuum needs is off
+# (those the gc worker warns of at start, server_settings.AUTOVACUUM), or the table's own
+# autovacuum_enabled reloption is, stored as written (`off`, `false`, `0` all cast to false); under
+# CASE, because an AND may cast another option's value first (fillfactor's `70`).
 _GROWN = """
 SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
 JOIN pg_database d ON d.datname = current_database()
@@ -54,10 +57,11 @@ WHERE s.schemaname = current_schema()
   AND s.n_mod_since_analyze > rule.changes
   AND (NOT %(young_only)s
        OR (greatest(c.reltuples, 0) < %(young_rows)s AND s.n_live_tup - greatest(c.reltuples, 0) > rule.changes))
-  AND (%(young_only)s OR NOT (current_setting('autovacuum')::bool AND current_setting('track_counts')::bool
-                               AND NOT EXISTS (SELECT 1 FROM unnest(c.reloptions) o
-                                               WHERE CASE WHEN split_part(o, '=', 1) = 'autovacuum_enabled'
-                                                          THEN NOT split_part(o, '=', 2)::bool END)))
+  AND (%(young_only)s
+       OR EXISTS (SELECT 1 FROM pg_settings WHERE name = ANY(%(autovacuum_settings)s) AND setting = 'off')
+       OR EXISTS (SELECT 1 FROM unnest(c.reloptions) o
+                  WHERE CASE WHEN split_part(o, '=', 1) = 'autovacuum_enabled'
+                             THEN NOT split_part(o, '=', 2)::bool END))
 ORDER BY s.relname
 """
 
@@ -67,8 +71,8 @@ async def analyze_grown_tables(conn: AsyncConnection, young_only: bool = False) 
     enough since its last ANALYZE (autovacuum's rule), or only the young ones that grew; the
     tables analyzed. `conn` is outside any transaction, and left so."""
     async with conn.transaction():
-        grown = await (await conn.execute(_GROWN, {"young_only": young_only,
-                                                   "young_rows": YOUNG_TABLE_ROWS})).fetchall()
+        grown = await (await conn.execute(_GROWN, {"young_only": young_only, "young_rows": YOUNG_TABLE_ROWS,
+                                                   "autovacuum_settings": list(AUTOVACUUM.settings)})).fetchall()
     analyzed = []
     for (table,) in grown:
         try:

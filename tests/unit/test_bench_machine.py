@@ -22,4 +22,3 @@ def test_the_machine_line_gives_each_probes_spread():
                                      "core probe 52-58.5 -> 61-70.2 ms)")
     older = {k: v for k, v in machine.items() if not k.startswith("cpu_")}  # a results file from before the probe
     assert machine_line(older) == "(2 cpu, python 3.11.7, loadavg [0.5, 0.4, 0.3] -> [1.0, 0.5, 0.3])"
-

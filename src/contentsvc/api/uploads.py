@@ -11,6 +11,8 @@ session declared and moves it to `verified` (a Blob exists) or `failed`
 from __future__ import annotations
 
 import asyncio
+import errno
+import shutil
 import time
 from typing import Annotated
 
@@ -23,7 +25,7 @@ from contentsvc.api.routes import Call, Query, Stream, operation
 from contentsvc.commands import uploads as commands
 from contentsvc.domain import uploads as up
 from contentsvc.domain.clock import iso
-from contentsvc.domain.errors import ApiError, not_found
+from contentsvc.domain.errors import ApiError, not_found, storage_unavailable
 from contentsvc.domain.models import (
     ActionRequest,
     Blob,
@@ -142,7 +144,20 @@ async def put_upload_content(call: Call[None, PresignedQuery], upload_id: str) -
         raise commands.already_received(row["state"])
     up.check_put_headers(request.headers, row["media_type"], row["size_bytes"], row["sha256"])
 
+    try:
+        row = await _store_body(request, upload_id, row)
+    except OSError as exc:
+        if isinstance(exc, ConnectionError):
+            raise
+        raise _blob_store_unwritable(request, upload_id, exc) from None
+    return respond(upload_view(request, row, secret), 200, _location(upload_id))
+
+
+async def _store_body(request: Request, upload_id: str, row: dict) -> dict:
+    """The PUT's body into the blob store, hashed on the way, and what arrived recorded on the
+    Upload; its row afterwards. Raises the blob store's OSError (a full or failing disk)."""
     declared = row["size_bytes"]
+    svc = services(request)
     writer = await asyncio.to_thread(blob_store(request).writer)
     pipe = PipelinedWriter(writer)
     try:
@@ -176,7 +191,25 @@ async def put_upload_content(call: Call[None, PresignedQuery], upload_id: str) -
             row = await load_upload(conn, upload_id)
     finally:
         await pipe.abort()  # drops the temporary file; a no-op after commit
-    return respond(upload_view(request, row, secret), 200, _location(upload_id))
+    return row
+
+
+def _blob_store_unwritable(request: Request, upload_id: str, exc: OSError) -> ApiError:
+    """A disk the blob store cannot write (full, over quota, read-only, failing) is a dependency
+    that is unavailable, not a fault of the request: 503 storage_unavailable, retryable. Nothing
+    of the body is kept (the temporary file is dropped) and the Upload still awaits its bytes, so
+    the same PUT succeeds once there is room. The operator's log line names the cause."""
+    svc = services(request)
+    root = svc.settings.blob_root
+    try:
+        free_bytes = shutil.disk_usage(root).free
+    except OSError:
+        free_bytes = None
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    log.warning("blob_store_unwritable", upload_id=upload_id, error=errno.errorcode.get(exc.errno, type(exc).__name__),
+                reason=exc.strerror, blob_root=str(root), free_bytes=free_bytes)
+    return storage_unavailable(svc.settings.database.retry_after_seconds,
+                               "The blob store has no space left" if full else "The blob store cannot be written")
 
 
 @operation("confirmUpload", "POST", "/v0/uploads/{upload_id}/confirm", permission=("blobs:write",),

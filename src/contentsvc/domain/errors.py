@@ -57,7 +57,6 @@ def server_busy() -> ApiError:
                     headers={"Retry-After": "1"})
 
 
-def storage_unavailable(retry_after_seconds: int | None = None) -> ApiError:
+def storage_unavailable(retry_after_seconds: int | None = None, what: str = "The database is unavailable") -> ApiError:
     headers = {"Retry-After": str(retry_after_seconds)} if retry_after_seconds is not None else None
-    return ApiError(503, "storage_unavailable", "The database is unavailable; retry later.", retryable=True,
-                    headers=headers)
+    return ApiError(503, "storage_unavailable", f"{what}; retry later.", retryable=True, headers=headers)

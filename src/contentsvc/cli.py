@@ -311,6 +311,14 @@ def cmd_keys(args, settings: Settings) -> int:
     from contentsvc.storage import embedded
     from contentsvc.storage.database import connect
 
+    if args.action == "create":  # refused before any database is opened or created
+        try:
+            org = keys.parse_org(args.org)
+            actions = keys.parse_actions(args.actions, operator=args.operator)
+            corpora = keys.parse_corpora(args.corpora)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     database = describe_database(settings)
     if not settings.database_url and not embedded.exists(Path(settings.home).expanduser()):
         # A key in a database nobody serves is a silent mistake (a command run from the wrong
@@ -324,13 +332,7 @@ def cmd_keys(args, settings: Settings) -> int:
     url = _database_url(settings)
     with connect(url, autocommit=True) as conn:
         if args.action == "create":
-            try:
-                actions = keys.parse_actions(args.actions, operator=args.operator)
-                corpora = keys.parse_corpora(args.corpora)
-            except ValueError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 2
-            created = keys.create_key(conn, args.org, actions, corpora, args.name)
+            created = keys.create_key(conn, org, actions, corpora, args.name)
             if args.json:
                 print(json.dumps({"key_id": created.key_id, "secret": created.secret, "org": created.org,
                                   "actions": created.actions, "corpora": created.corpora}))

@@ -38,6 +38,20 @@ def test_keys_cli_refuses_unknown_actions(database_url):
     assert out.returncode != 0 and "plugins:admin" in out.stderr
 
 
+def test_keys_cli_refuses_an_organization_or_corpus_id_that_cannot_be_one(database_url):
+    # part1 Security rule 2: the key's Organization scopes every access, so an empty or spaced one
+    # is a typo; a key scoped to `News` would reach no Corpus (decisions.md CorpusRequest pattern).
+    with psycopg.connect(database_url) as conn:
+        before = conn.execute("SELECT count(*) FROM api_keys").fetchone()[0]
+    for org, corpora, named in (("", "*", "--org ''"), ("acme corp", "*", "--org 'acme corp'"),
+                                ("acme", "news,News", "not a corpus id: News")):
+        out = operator_cli(database_url, "keys", "create", "--org", org, "--actions", "*", "--corpora", corpora)
+        assert out.returncode == 2 and named in out.stderr, out.stderr
+        assert "database:" not in out.stderr  # refused before any database is opened
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM api_keys").fetchone()[0] == before
+
+
 def test_one_shot_commands_name_an_unreachable_database_in_one_line():
     # Errors (operator edge): a database that refuses connections is one line naming it, with its
     # password masked, and exit 1; no traceback, no critical log line. Port 1 on loopback refuses.

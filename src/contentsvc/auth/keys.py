@@ -8,12 +8,14 @@ password hash would add nothing but latency to every request.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import time
 from dataclasses import dataclass
 
 import psycopg
 
+from contentsvc.domain.models import CORPUS_ID_PATTERN
 from contentsvc.ids import new_id
 
 ORGANIZATION_ACTIONS = (
@@ -36,6 +38,7 @@ ORGANIZATION_ACTIONS = (
     "observability:read",
 )
 OPERATOR_ACTIONS = ("plugins:admin",)
+ORG_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 
 SECRET_PREFIX = "csk_"
 # Every change to api_keys is announced here (schema/024); the API's key cache clears on it.
@@ -74,13 +77,27 @@ def parse_actions(raw: str, operator: bool = False) -> list[str]:
     return sorted(set(actions))
 
 
+def parse_org(raw: str) -> str:
+    """An Organization id: what every access is scoped by, so never empty, and shown in logs,
+    cursors and webhooks, so no whitespace or control characters."""
+    if not re.fullmatch(ORG_ID_PATTERN, raw):
+        raise ValueError(f"--org {raw!r} is not an organization id: 1 to 63 letters, digits, '.', '_' or '-', "
+                         "starting with a letter or digit")
+    return raw
+
+
 def parse_corpora(raw: str) -> list[str] | None:
-    """None means every Corpus of the Organization, present and future."""
+    """None means every Corpus of the Organization, present and future. An id no Corpus can
+    have is refused: a key scoped to it (`News` for `news`) would silently reach nothing."""
     if raw.strip() == "*":
         return None
     corpora = sorted({c.strip() for c in raw.split(",") if c.strip()})
     if not corpora:
         raise ValueError("at least one corpus id, or '*'")
+    invalid = [c for c in corpora if not re.fullmatch(CORPUS_ID_PATTERN, c)]
+    if invalid:
+        raise ValueError(f"not a corpus id: {', '.join(invalid)} (lowercase letters, digits, '_' and '-', "
+                         "at most 63)")
     return corpora
 
 

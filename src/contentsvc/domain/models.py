@@ -14,7 +14,8 @@ from msgspec import Meta, Struct
 
 NonEmpty = Annotated[str, Meta(min_length=1)]
 LogicalName = Annotated[str, Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
-CorpusIdPattern = Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
+CORPUS_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+CorpusIdPattern = Annotated[str, Meta(pattern=CORPUS_ID_PATTERN)]
 
 
 class Input(Struct, forbid_unknown_fields=True, kw_only=True):

@@ -78,8 +78,8 @@ def parse_actions(raw: str, operator: bool = False) -> list[str]:
 
 
 def parse_org(raw: str) -> str:
-    """An Organization id: what every access is scoped by, so never empty, and shown in logs,
-    cursors and webhooks, so no whitespace or control characters."""
+    """An Organization id: what every access is scoped by, so never empty, and shown in logs
+    and cursors, so no whitespace or control characters."""
     if not re.fullmatch(ORG_ID_PATTERN, raw):
         raise ValueError(f"--org {raw!r} is not an organization id: 1 to 63 letters, digits, '.', '_' or '-', "
                          "starting with a letter or digit")

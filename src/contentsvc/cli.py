@@ -38,6 +38,18 @@ class Stopped(BaseException):
     """SIGTERM or SIGINT: unwinds the command so the embedded server and the home lock are released."""
 
 
+def port_number(raw: str) -> int:
+    """argparse's type of --port: the range `[api] port` allows, refused as a usage error (exit 2)
+    rather than a traceback from bind(); 0 is refused too, not taken for 'unset'."""
+    try:
+        port = int(raw)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be an integer from 1 to 65535, not {raw!r}")
+    return port
+
+
 def _raise_stopped(signum, _frame):
     raise Stopped(signal.Signals(signum).name)
 
@@ -147,14 +159,14 @@ def cmd_serve(args, settings: Settings) -> int:
 
     from contentsvc.api.app import create_app
     from contentsvc.processes.home_lock import HomeInUse
-    from contentsvc.processes.listener import PortInUse, bind
+    from contentsvc.processes.listener import CannotListen, bind
 
     host, port = args.host or settings.host, args.port or settings.port
     _stop_on_signals()
     try:
         listener = bind(host, port)
-    except PortInUse as exc:
-        return _refuse_busy(exc, "port_in_use", host=host, port=port)
+    except CannotListen as exc:
+        return _refuse_busy(exc, exc.event, host=host, port=port)
     try:
         # Under `run` the supervisor holds the home and hands a URL down; alone, `serve` holds it.
         with contextlib.ExitStack() as stack:
@@ -204,7 +216,7 @@ def _say_if_the_embedding_model_is_missing(settings: Settings) -> None:
 
 def cmd_run(args, settings: Settings, config_file: Path | None) -> int:
     from contentsvc.processes.home_lock import HomeInUse
-    from contentsvc.processes.listener import PortInUse, check_free
+    from contentsvc.processes.listener import CannotListen, check_free
     from contentsvc.processes.supervisor import run_all
 
     host, port = args.host or settings.host, args.port or settings.port
@@ -218,8 +230,8 @@ def cmd_run(args, settings: Settings, config_file: Path | None) -> int:
                 return run_all(url, host, port, config_file, embedded_server=server, plugins=settings.plugins)
     except HomeInUse as exc:
         return _refuse_busy(exc, "home_in_use", home=str(exc.home), pid=exc.pid)
-    except PortInUse as exc:
-        return _refuse_busy(exc, "port_in_use", host=host, port=port)
+    except CannotListen as exc:
+        return _refuse_busy(exc, exc.event, host=host, port=port)
     except Stopped:
         return 0
 
@@ -427,12 +439,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", parents=[configured],
                        help="API plus every projector, supervised (embedded PostgreSQL when no URL is set)")
     p.add_argument("--host")
-    p.add_argument("--port", type=int)
+    p.add_argument("--port", type=port_number)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("serve", parents=[configured], help="the API only")
     p.add_argument("--host")
-    p.add_argument("--port", type=int)
+    p.add_argument("--port", type=port_number)
     p.add_argument("--no-migrate", action="store_true", help="skip applying migrations on start")
     p.set_defaults(func=cmd_serve)
 
@@ -512,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = plsub.add_parser("serve", parents=[configured], help="run a first-party plugin (token: $CONTENTSVC_PLUGIN_TOKEN)")
     r.add_argument("name")
     r.add_argument("--host", default="127.0.0.1", help="listen address; a non-loopback one needs the token")
-    r.add_argument("--port", type=int, help="listen port (default: the plugin's first-party port)")
+    r.add_argument("--port", type=port_number, help="listen port (default: the plugin's first-party port)")
     plsub.add_parser("list", parents=[configured], help="first-party plugin names and default ports")
     r = plsub.add_parser("check", parents=[configured], help="run the contract check against a running plugin")
     r.add_argument("path", help="the folder holding contentsvc-plugin.json and fixtures/")

@@ -212,6 +212,24 @@ def test_a_busy_port_is_refused_with_a_clear_message(running, tmp_path, command)
     assert not (home / "pgdata").exists()
 
 
+@pytest.mark.parametrize("command", ["run", "serve"])
+def test_an_address_not_of_this_machine_or_a_port_out_of_range_is_refused_clearly(tmp_path, command):
+    # An unknown name and an address of no interface here (TEST-NET-1) are not a busy port: the
+    # refusal names the host and how to choose one, before any database is started.
+    home = tmp_path / "home"
+    for host in ("nosuch.invalid", "192.0.2.1"):
+        out = _cli(command, "--host", host, "--port", "8099", home=home, timeout=REFUSAL_BOUND_S)
+        assert out.returncode == EXIT_BUSY, out.stderr
+        refusal = [line for line in map(json.loads, out.stderr.splitlines()) if line["event"] == "host_not_local"]
+        assert refusal and refusal[0]["host"] == host and "--host or CONTENTSVC_HOST" in refusal[0]["message"]
+    # A port outside 1-65535 (or 0, which is not 'unset') is a usage error, never a traceback.
+    for port in ("99999", "0", "http"):
+        out = _cli(command, "--port", port, home=home, timeout=REFUSAL_BOUND_S)
+        assert out.returncode == 2 and "--port: must be an integer from 1 to 65535" in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
+    assert not (home / "pgdata").exists()
+
+
 def test_a_command_beside_the_run_says_it_joined_the_embedded_server(running):
     # The run started the embedded PostgreSQL; an operator's command in the same home shares that
     # server, and its log says so instead of reading as a second server started.

@@ -7,25 +7,37 @@ and the supervisor reads that status as "do not restart".
 
 from __future__ import annotations
 
+import errno
 import socket
 
-# EX_UNAVAILABLE (sysexits.h): the port or the home is held by another process.
+# EX_UNAVAILABLE (sysexits.h): the port or the home is held by another process, or the address
+# cannot be listened on.
 EXIT_BUSY = 69
 
 
-class PortInUse(Exception):
-    def __init__(self, host: str, port: int, reason: str) -> None:
+class CannotListen(Exception):
+    """host:port cannot be bound: `event` says why in one word, the message what to do."""
+
+    def __init__(self, host: str, port: int, reason: str, code: int | None = None) -> None:
         self.host, self.port = host, port
-        super().__init__(f"cannot listen on {host}:{port}: {reason} (another process holds the port: "
-                         f"stop it, or choose another with --port or CONTENTSVC_PORT)")
+        if code == errno.EADDRINUSE:
+            self.event, hint = "port_in_use", "another process holds the port: stop it, or choose another port"
+        elif code == errno.EACCES:
+            self.event, hint = "port_not_permitted", "this user may not listen on that port: choose another port"
+        else:  # an unknown name, or an address that is not this machine's
+            self.event, hint = "host_not_local", "not an address of this machine: choose one with --host or " \
+                                                 "CONTENTSVC_HOST (127.0.0.1, 0.0.0.0, or one of its interfaces)"
+        if self.event != "host_not_local":
+            hint += " with --port or CONTENTSVC_PORT"
+        super().__init__(f"cannot listen on {host}:{port}: {reason} ({hint})")
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on host:port, as uvicorn would bind it; PortInUse when it cannot be."""
+    """A listening socket on host:port, as uvicorn would bind it; CannotListen when it cannot be."""
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     except socket.gaierror as exc:
-        raise PortInUse(host, port, f"unknown host ({exc.strerror})") from None
+        raise CannotListen(host, port, f"unknown host ({exc.strerror})") from None
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -33,10 +45,10 @@ def bind(host: str, port: int) -> socket.socket:
         sock.listen(2048)
     except OSError as exc:
         sock.close()
-        raise PortInUse(host, port, exc.strerror or type(exc).__name__) from None
+        raise CannotListen(host, port, exc.strerror or type(exc).__name__, exc.errno) from None
     return sock
 
 
 def check_free(host: str, port: int) -> None:
-    """Raises PortInUse when host:port cannot be bound now."""
+    """Raises CannotListen when host:port cannot be bound now."""
     bind(host, port).close()

@@ -71,6 +71,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--texts", type=int, default=500, help="SciFact abstracts to embed per precision")
     parser.add_argument("--queries", type=int, default=200, help="SciFact queries to embed one at a time")
     args = parser.parse_args(argv)
+    if min(args.texts, args.queries) < 1:
+        parser.error("--texts and --queries are at least 1")
     run = Run()
     docs, all_queries, _ = load_dataset(SCIFACT)
     texts = [f"{doc.get('title', '')}\n{doc['text']}" for doc in docs[:args.texts]]

@@ -190,8 +190,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=50.0, help="ingests/s of the 202-to-resolved phase (default 50)")
     p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="JSONL with _id, title, text")
     args = p.parse_args(argv)
-    if args.single_runs < 1:
-        p.error("--single-runs is at least 1")
+    if min(args.single, args.single_runs, args.batches) < 1 or min(args.seconds, args.rate) <= 0:
+        p.error("--single, --single-runs and --batches are at least 1; --seconds and --rate positive")
     if bool(args.url) != bool(args.api_key):
         p.error("--url and --api-key go together (or CONTENTSVC_URL and CONTENTSVC_API_KEY)")
     return args

@@ -223,6 +223,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="contentsvc bench quality")
     parser.add_argument("--cap", type=float, default=1800, help="seconds to wait for embeddings at most")
     args = parser.parse_args(argv)
+    if args.cap <= 0:
+        parser.error("--cap is positive")
     try:
         report = asyncio.run(run(args, Run()))
     except BenchError as exc:

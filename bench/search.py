@@ -459,6 +459,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--fresh-seconds", type=float, default=15)
     parser.add_argument("--fresh-rate", type=float, default=200)
     args = parser.parse_args(argv)
+    if min(args.cap, args.fresh_seconds, args.fresh_rate) <= 0:
+        parser.error("--cap, --fresh-seconds and --fresh-rate are positive")
     try:
         report = asyncio.run(run(args, Run()))
     except BenchError as exc:

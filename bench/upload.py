@@ -351,7 +351,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=3, help="copies and PUTs each (default 3; the best counts)")
     p.add_argument("--workdir", type=Path, help="where the file, the copy and the blob store go (default: a "
                    "temporary directory)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if min(args.size_mib, args.runs) < 1:
+        p.error("--size-mib and --runs are at least 1")
+    return args
 
 
 def main(argv: list[str]) -> int:

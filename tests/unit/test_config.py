@@ -176,6 +176,18 @@ def test_a_bad_environment_value_names_the_key_and_the_variable():
         "connectors.fixture_enabled (from CONTENTSVC_FIXTURE_CONNECTOR): must be true or false"
 
 
+def test_a_database_url_libpq_cannot_parse_is_refused_without_echoing_it():
+    # It was a traceback from the first connect; the value may hold a password, so it is never shown.
+    for url in ("notaurl", "postgresql://app:hunter2@[::1"):
+        message = refusal(None, {"CONTENTSVC_DATABASE_URL": url})
+        assert message == ("database_url (from CONTENTSVC_DATABASE_URL): must be a PostgreSQL connection URI "
+                           "(postgresql://user@host:5432/dbname) or key=value string")
+        assert "hunter2" not in message
+    assert refusal(None, {"CONTENTSVC_TEST_DATABASE_URL": "notaurl"}).startswith("bench.admin_database_url")
+    for url in ("postgresql://app@db:5432/content", "host=/run/postgresql dbname=content"):
+        assert load_configuration(None, {"CONTENTSVC_DATABASE_URL": url}).settings.database_url == url
+
+
 def test_an_explicitly_named_missing_file_stops_the_start(tmp_path):
     missing = tmp_path / "nowhere.toml"
     assert refusal(missing) == f"{missing}: no such configuration file (named by --config)"

@@ -9,6 +9,9 @@ import ipaddress
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
 from contentsvc.config.settings import Settings
 
 CREDENTIAL_KEY_BYTES = 32
@@ -29,8 +32,23 @@ def _is_http_url(value: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
+def _is_conninfo(value: str) -> bool:
+    """Whether libpq parses it (a URI or key=value pairs); nothing is connected to."""
+    try:
+        conninfo_to_dict(value)
+    except psycopg.ProgrammingError:
+        return False
+    return True
+
+
 def problems(settings: Settings) -> Iterator[tuple[str, str]]:
     """(key path, problem) for every broken rule, in key order."""
+    for key, url in (("database_url", settings.database_url), ("bench.admin_database_url",
+                                                               settings.bench.admin_database_url)):
+        if url is not None and not _is_conninfo(url):
+            # Never the value, nor libpq's message quoting it: it may hold a password.
+            yield key, "must be a PostgreSQL connection URI (postgresql://user@host:5432/dbname) or key=value string"
+
     for key, url in (("api.public_base_url", settings.api.public_base_url),
                      ("connectors.public_base_url", settings.connectors.public_base_url)):
         if url is not None and (not _is_http_url(url) or url.endswith("/")):

@@ -548,6 +548,34 @@ def _process_name(args) -> str:
     return "cli"
 
 
+def _writes_home(args, settings: Settings) -> bool:
+    """Whether the command writes under the home: the service's processes (blobs, indexes, the
+    home's lock), and the one-shot commands that would start the embedded server there."""
+    if args.func in (cmd_run, cmd_serve, cmd_gc) or getattr(args, "action", None) in ("run", "replay"):
+        return args.func is not cmd_plugin
+    return args.func in (cmd_keys, cmd_migrate) and not settings.database_url
+
+
+def _home_problem(home: Path) -> str | None:
+    """Why the home cannot be used, or None: said before anything starts, rather than as a
+    traceback from whichever process first writes there. Nothing is left behind: a missing home
+    is made by what needs it, so its nearest existing parent must take a new entry. Tried with a
+    file that is never linked, since access() says yes to root on a read-only or virtual file system."""
+    import tempfile
+
+    existing = home
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{home} is not a directory" if existing == home else \
+            f"{home} cannot be created: {existing} is not a directory"
+    try:
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError as exc:
+        return f"{home} cannot be {'written' if existing == home else 'created'} ({exc.strerror})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -559,6 +587,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.func is cmd_config:  # prints the configuration instead of running with it
         return cmd_config(args, configuration)
     settings, file = configuration.settings, configuration.file
+    if _writes_home(args, settings) and (problem := _home_problem(Path(settings.home).expanduser())):
+        source = " (from CONTENTSVC_HOME)" if ("home",) in configuration.from_environment else ""
+        print(f"configuration error: home{source}: {problem}; choose a directory this user can write",
+              file=sys.stderr)
+        return 2
     args.pinned_plugins = configuration.plugins
     configure(settings.log_level, process=_process_name(args))
     install_settings(settings)

@@ -230,6 +230,23 @@ def test_an_address_not_of_this_machine_or_a_port_out_of_range_is_refused_clearl
     assert not (home / "pgdata").exists()
 
 
+def test_a_home_that_cannot_be_written_is_refused_naming_it_before_anything_starts(tmp_path):
+    # A home that is a file, one under a file, and one where no directory can be made (procfs) were
+    # tracebacks from whichever process first wrote there; now one configuration line, exit 2.
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for home, problem in ((a_file, f"{a_file} is not a directory"),
+                          (a_file / "home", f"cannot be created: {a_file} is not a directory"),
+                          (Path("/proc/contentsvc-home"), "/proc/contentsvc-home cannot be created")):
+        for command in (["run", "--port", "8099"], ["serve", "--port", "8099"],
+                        ["keys", "create", "--init", "--org", "a", "--actions", "*", "--corpora", "*"]):
+            out = _cli(*command, home=home, timeout=REFUSAL_BOUND_S)
+            assert out.returncode == 2, (command, out.stderr)
+            assert "configuration error: home (from CONTENTSVC_HOME): " in out.stderr and problem in out.stderr
+            assert "Traceback" not in out.stderr
+    assert a_file.read_text() == ""
+
+
 def test_a_command_beside_the_run_says_it_joined_the_embedded_server(running):
     # The run started the embedded PostgreSQL; an operator's command in the same home shares that
     # server, and its log says so instead of reading as a second server started.

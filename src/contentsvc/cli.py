@@ -413,6 +413,7 @@ def cmd_plugin(args, settings: Settings) -> int:
 
         return check_command(Path(args.path), args.endpoint, Path(args.settings) if args.settings else None,
                              plugin_token(), as_json=args.json)
+    from contentsvc.processes.listener import CannotListen
     from contentsvc_plugins.server import ServeRefused, serve
 
     entry = first_party(args.name)
@@ -420,11 +421,14 @@ def cmd_plugin(args, settings: Settings) -> int:
         known = ", ".join(e.name for e in FIRST_PARTY if e.available)
         print(f"no first-party plugin {args.name!r} (available: {known})", file=sys.stderr)
         return 2
+    port = args.port or entry.port
     try:
-        serve(entry.build(), args.host, args.port or entry.port, plugin_token())
+        serve(entry.build(), args.host, port, plugin_token())
     except ServeRefused as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    except CannotListen as exc:
+        return _refuse_busy(exc, exc.event, host=args.host, port=port)
     return 0
 
 

@@ -254,7 +254,14 @@ def serve(plugin: Plugin, host: str, port: int, token: str | None) -> None:
         raise ServeRefused(f"--host {host} is not a loopback address: set CONTENTSVC_PLUGIN_TOKEN to serve on it")
     import uvicorn
 
-    log.info("plugin_listening", plugin=plugin.plugin_id, host=host, port=port, token_required=bool(token),
-             manifest_digest=plugin.pinned.digest)
-    uvicorn.run(ProtocolApp(plugin, token), host=host, port=port, log_level="warning", access_log=False,
-                lifespan="on")
+    from contentsvc.processes.listener import PLUGIN, bind
+
+    listener = bind(host, port, PLUGIN)  # CannotListen, before anything says it listens
+    try:
+        log.info("plugin_listening", plugin=plugin.plugin_id, host=host, port=port, token_required=bool(token),
+                 manifest_digest=plugin.pinned.digest)
+        config = uvicorn.Config(ProtocolApp(plugin, token), log_config=None, log_level="warning", access_log=False,
+                                lifespan="on")
+        uvicorn.Server(config).run(sockets=[listener])
+    finally:
+        listener.close()

@@ -15,29 +15,38 @@ import socket
 EXIT_BUSY = 69
 
 
+# Where an operator sets the address: the service's options and variables, or a plugin's options alone.
+SERVICE = ("--host or CONTENTSVC_HOST", "--port or CONTENTSVC_PORT")
+PLUGIN = ("--host", "--port")
+
+
 class CannotListen(Exception):
     """host:port cannot be bound: `event` says why in one word, the message what to do."""
 
-    def __init__(self, host: str, port: int, reason: str, code: int | None = None) -> None:
+    def __init__(self, host: str, port: int, reason: str, code: int | None = None,
+                 settings: tuple[str, str] = SERVICE) -> None:
         self.host, self.port = host, port
         if code == errno.EADDRINUSE:
             self.event, hint = "port_in_use", "another process holds the port: stop it, or choose another port"
         elif code == errno.EACCES:
             self.event, hint = "port_not_permitted", "this user may not listen on that port: choose another port"
         else:  # an unknown name, or an address that is not this machine's
-            self.event, hint = "host_not_local", "not an address of this machine: choose one with --host or " \
-                                                 "CONTENTSVC_HOST (127.0.0.1, 0.0.0.0, or one of its interfaces)"
-        if self.event != "host_not_local":
-            hint += " with --port or CONTENTSVC_PORT"
+            self.event, hint = "host_not_local", "not an address of this machine: choose one"
+        host_setting, port_setting = settings
+        if self.event == "host_not_local":
+            hint += f" with {host_setting} (127.0.0.1, 0.0.0.0, or one of its interfaces)"
+        else:
+            hint += f" with {port_setting}"
         super().__init__(f"cannot listen on {host}:{port}: {reason} ({hint})")
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on host:port, as uvicorn would bind it; CannotListen when it cannot be."""
+def bind(host: str, port: int, settings: tuple[str, str] = SERVICE) -> socket.socket:
+    """A listening socket on host:port, as uvicorn would bind it; CannotListen (naming `settings`,
+    where host and port are chosen) when it cannot be."""
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     except socket.gaierror as exc:
-        raise CannotListen(host, port, f"unknown host ({exc.strerror})") from None
+        raise CannotListen(host, port, f"unknown host ({exc.strerror})", settings=settings) from None
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -45,7 +54,7 @@ def bind(host: str, port: int) -> socket.socket:
         sock.listen(2048)
     except OSError as exc:
         sock.close()
-        raise CannotListen(host, port, exc.strerror or type(exc).__name__, exc.errno) from None
+        raise CannotListen(host, port, exc.strerror or type(exc).__name__, exc.errno, settings) from None
     return sock
 
 

@@ -549,6 +549,8 @@ def _process_name(args) -> str:
         return f"{args.command}:{args.name}"
     if args.func is cmd_mcp:
         return "mcp"
+    if args.func is cmd_plugin and args.action == "serve":
+        return f"plugin:{args.name}"  # as the supervisor names the child it launches
     return "cli"
 
 

@@ -37,6 +37,7 @@ def test_plugin_serve_on_a_taken_port_refuses_in_one_json_line_with_exit_69():
     lines = [json.loads(line) for line in out.stderr.splitlines()]  # every line JSON (uvicorn's too)
     [refusal] = [line for line in lines if line["event"] == "port_in_use"]
     assert refusal["port"] == port and "choose another port with --port" in refusal["message"]
+    assert {line["process"] for line in lines} == {"plugin:pdf"}  # as `run` names the child
     assert not [line for line in lines if line["event"] == "plugin_listening"]  # it never listened
 
 

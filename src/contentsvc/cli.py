@@ -557,8 +557,10 @@ def _process_name(args) -> str:
 def _writes_home(args, settings: Settings) -> bool:
     """Whether the command writes under the home: the service's processes (blobs, indexes, the
     home's lock), and the one-shot commands that would start the embedded server there."""
-    if args.func in (cmd_run, cmd_serve, cmd_gc) or getattr(args, "action", None) in ("run", "replay"):
-        return args.func is not cmd_plugin
+    if args.func in (cmd_run, cmd_serve, cmd_gc):
+        return True
+    if args.func in (cmd_projector, cmd_worker):
+        return args.action in ("run", "replay")
     return args.func in (cmd_keys, cmd_migrate) and not settings.database_url
 
 

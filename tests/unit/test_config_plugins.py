@@ -98,7 +98,13 @@ def test_config_check_masks_the_token_and_prints_a_loadable_file(deploy, tmp_pat
     (PDF.replace("[plugins.pdf]", "[plugins.other]"),
      "plugins.other: the manifest's id is 'pdf': the table must be [plugins.pdf]"),
     (PDF.replace("[plugins.pdf]", "[plugins.Pdf]"), "plugins.Pdf: the id must match ^[a-z][a-z0-9_-]{0,63}$"),
-    (PDF.replace("http://127.0.0.1:8095", "ftp://host"), "plugins.pdf.endpoint: must be an absolute http(s) URL"),
+    (PDF.replace("http://127.0.0.1:8095", "ftp://host"),
+     "plugins.pdf.endpoint: must be an absolute http(s) URL (its port, when given, from 1 to 65535)"),
+    (PDF.replace("http://127.0.0.1:8095", "http://127.0.0.1:0"),
+     "plugins.pdf.endpoint: must be an absolute http(s) URL (its port, when given, from 1 to 65535)"),
+    # the port `plugin serve` is started on must be written, not implied (it was taken as 80)
+    (PDF.replace("http://127.0.0.1:8095", "http://127.0.0.1") + 'launch = "pdf"\n',
+     "plugins.pdf.launch: a launched plugin listens on loopback: the endpoint must be http://127.0.0.1:<port>"),
     (PDF + "timeout = 3\n", "plugins.pdf.timeout: unknown key"),
     (PDF + 'routes = [{media_type = "image/png"}]\n',
      "plugins.pdf.routes[0].media_type: 'image/png' is not a media type the manifest's normalizer declares"),
@@ -159,6 +165,8 @@ DESTINATION = '[destinations.alerts]\nurl = "{url}"\nsecret = "{secret}"\n'
 @pytest.mark.parametrize(("text", "message"), [
     (DESTINATION.format(url="http://hooks.example/in", secret=WEBHOOK_SECRET),
      "destinations.alerts.url: must be an https URL (http only for a loopback host or with allow_http = true)"),
+    (DESTINATION.format(url="http://127.0.0.1:0/in", secret=WEBHOOK_SECRET),
+     "destinations.alerts.url: must be an absolute https URL (its port, when given, from 1 to 65535)"),
     (DESTINATION.format(url="https://hooks.example/in", secret="whsec_c2hvcnQ="),
      "destinations.alerts.secret: must be whsec_ followed by the base64 of 24 to 64 bytes"),
     (DESTINATION.format(url="https://hooks.example/in", secret=WEBHOOK_SECRET) + 'headers = {"Webhook-Id" = "x"}\n',

@@ -57,15 +57,20 @@ def dotted(prefix: str, json_pointer: str) -> str:
     return out
 
 
-def _http_url(value: str) -> tuple[str, str] | None:
+PORT_RANGE = " (its port, when given, from 1 to 65535)"
+
+
+def _http_url(value: str) -> tuple[str, str, int | None] | None:
+    """(scheme, host, explicit port or None) of an absolute http(s) URL, else None (port 0 included:
+    nothing can be reached there)."""
     try:
         parts = urlsplit(value)
-        parts.port  # noqa: B018 - a bad port raises here
+        port = parts.port  # a port that is no number, or over 65535, raises here
     except ValueError:
         return None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
         return None
-    return parts.scheme, parts.hostname
+    return parts.scheme, parts.hostname, port
 
 
 def is_loopback(host: str) -> bool:
@@ -114,7 +119,7 @@ def _settings_of(entry: PluginSettings) -> dict:
 def _plugin_problems(plugin_id: str, entry: PluginSettings) -> Iterator[tuple[str, str]]:
     endpoint = _http_url(entry.endpoint)
     if endpoint is None:
-        yield ".endpoint", "must be an absolute http(s) URL"
+        yield ".endpoint", f"must be an absolute http(s) URL{PORT_RANGE}"
         return
     try:
         raw = entry.manifest.read_bytes()
@@ -133,7 +138,8 @@ def _plugin_problems(plugin_id: str, entry: PluginSettings) -> Iterator[tuple[st
     if entry.launch is not None:
         if entry.launch != plugin_id:
             yield ".launch", f"starts the first-party plugin {entry.launch}, whose id is not {plugin_id!r}"
-        elif endpoint[0] != "http" or not is_loopback(endpoint[1]):
+        elif endpoint[0] != "http" or not is_loopback(endpoint[1]) or endpoint[2] is None:
+            # the port is the one `plugin serve` is started on: it must be written, not implied
             yield ".launch", "a launched plugin listens on loopback: the endpoint must be http://127.0.0.1:<port>"
 
 
@@ -179,7 +185,9 @@ def destination_problems(settings: Settings) -> Iterator[tuple[str, str]]:
 
 def _destination_problems(entry: DestinationSettings) -> Iterator[tuple[str, str]]:
     url = _http_url(entry.url)
-    if url is None or (url[0] == "http" and not (is_loopback(url[1]) or entry.allow_http)):
+    if url is None:
+        yield ".url", f"must be an absolute https URL{PORT_RANGE}"
+    elif url[0] == "http" and not (is_loopback(url[1]) or entry.allow_http):
         yield ".url", "must be an https URL (http only for a loopback host or with allow_http = true)"
     elif "@" in urlsplit(entry.url).netloc:
         yield ".url", "may not hold a user name or password: put the receiver's credentials in headers"

@@ -102,7 +102,7 @@ def launched_plugins(pins: dict, env: dict[str, str]) -> dict[str, tuple[list[st
             continue
         endpoint = urlsplit(pin.endpoint)
         args = ["plugin", "serve", pin.launch, "--host", endpoint.hostname or "127.0.0.1",
-                "--port", str(endpoint.port or 80)]
+                "--port", str(endpoint.port)]
         child_env = {k: v for k, v in env.items() if k != PLUGIN_TOKEN_VARIABLE}
         if pin.token:
             child_env[PLUGIN_TOKEN_VARIABLE] = pin.token

@@ -15,7 +15,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from contentsvc.processes.local_service import free_port
-from tests.conftest import create_corpus
+from tests.conftest import create_corpus, text_command, wait_resolved
 
 READ_TOOLS = ["list_corpora", "search", "read_record"]
 
@@ -156,6 +156,25 @@ def test_errors_reach_the_agent_with_the_contract_code(server, make_key, org, ap
         async with tool_session(server.base_url, no_search, "read") as s:
             error, body = await call(s, "search", {"query": "x", "corpus_ids": [corpus]})
             assert error and body["code"] == "forbidden"
+
+    run(scenario())
+
+
+def test_an_id_is_one_path_segment_and_reaches_no_other_route(server, make_key, org, api):
+    # part1 Security: every access authorized; a tool reaches only its own route. An id holding
+    # `/` or `..` was joined into the path as it was, and the client resolved the dot segments:
+    # read_record with version_id `../../../corpora` answered the Corpus listing as the "version".
+    corpus = create_corpus(api)
+    r = api.post("/v0/records", json=text_command(corpus, "k", "a record to read"))
+    record_id = wait_resolved(api, r.json()["receipt_id"])["record_id"]
+
+    async def scenario():
+        async with tool_session(server.base_url, make_key(org), "read") as s:
+            for args in ({"record_id": record_id, "version_id": "../../../corpora"},
+                         {"record_id": f"../../ingestion-receipts/{r.json()['receipt_id']}"},
+                         {"record_id": ".."}, {"record_id": "a/b?c=d"}):
+                error, body = await call(s, "read_record", args)
+                assert error and body["code"] == "not_found", (args, body)
 
     run(scenario())
 

@@ -11,6 +11,7 @@ import hashlib
 import logging
 import sys
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -73,6 +74,11 @@ class Service:
         return body
 
 
+def _segment(resource_id: str) -> str:
+    """An id as one path segment: an agent's `../corpora` or `a/b` must name no other route."""
+    return quote(resource_id, safe="").replace(".", "%2E")  # `..` too, which a client would resolve
+
+
 def default_key(corpus_id: str, namespace: str, record_key: str, text: str) -> str:
     digest = hashlib.sha256()
     for part in (corpus_id, namespace, record_key, text):
@@ -104,11 +110,11 @@ async def search(service: Service, args) -> dict:
 
 
 async def read_record(service: Service, args) -> dict:
-    record = await service.call("GET", f"/v0/records/{args.record_id}")
+    record = await service.call("GET", f"/v0/records/{_segment(args.record_id)}")
     version_id = args.version_id or record.get("current_version_id")
     if version_id is None:
         raise ToolError("not_found", "The Record has no Version to read.")
-    version = await service.call("GET", f"/v0/records/{args.record_id}/versions/{version_id}")
+    version = await service.call("GET", f"/v0/records/{_segment(args.record_id)}/versions/{_segment(version_id)}")
     return {"record": record, "version": version}
 
 
@@ -124,7 +130,7 @@ async def ingest_text(service: Service, args) -> dict:
     receipt = await service.call("POST", "/v0/records", json=command(key))
     version_id = receipt.get("version_id")
     if receipt.get("state") == "resolved" and version_id:
-        record = await service.call("GET", f"/v0/records/{receipt['record_id']}")
+        record = await service.call("GET", f"/v0/records/{_segment(receipt['record_id'])}")
         current = record.get("current_version_id")
         # No current Version yet (the first one is still building): nothing replaced this text.
         if current is not None and current != version_id and not record.get("withdrawn"):
@@ -135,7 +141,7 @@ async def ingest_text(service: Service, args) -> dict:
 
 
 async def read_receipt(service: Service, args) -> dict:
-    return receipt_shape(await service.call("GET", f"/v0/ingestion-receipts/{args.receipt_id}"))
+    return receipt_shape(await service.call("GET", f"/v0/ingestion-receipts/{_segment(args.receipt_id)}"))
 
 
 HANDLERS = {"list_corpora": list_corpora, "search": search, "read_record": read_record,

@@ -48,6 +48,10 @@ def test_every_line_of_a_whole_run_is_json_with_its_process_and_no_secret_or_bod
             assert searched.status_code == 200, searched.text
         bogus = httpx.get(f"{server.base_url}/v0/corpora", headers={"Authorization": f"Bearer csk_{markers['bogus']}"})
         assert bogus.status_code == 401
+        # A path no route matches and a method no route takes are requests too: logged, with an id.
+        unrouted = httpx.get(f"{server.base_url}/v0/nowhere")
+        wrong_method = httpx.delete(f"{server.base_url}/v0/corpora")
+        assert (unrouted.status_code, wrong_method.status_code) == (404, 405)
     finally:
         server.stop()
 
@@ -57,6 +61,10 @@ def test_every_line_of_a_whole_run_is_json_with_its_process_and_no_secret_or_bod
     expected = {"supervisor"} | {kind.name if kind.role == API else f"{kind.role}:{kind.name}" for kind in PROCESSES}
     assert {line["process"] for line in lines} == expected
     assert any(line["event"] == "contentsvc_stopped" for line in lines)
+    requests = {(line["method"], line["route"]): line for line in lines if line["event"] == "request"}
+    for (method, route), response in ((("GET", "/v0/nowhere"), unrouted), (("DELETE", "/v0/corpora"), wrong_method)):
+        assert requests[(method, route)]["status"] == response.status_code
+        assert requests[(method, route)]["request_id"] == response.headers["x-request-id"]
     assert secret not in raw and secret.removeprefix("csk_") not in raw
     for name, value in markers.items():
         assert value not in raw, f"the {name} value reached the log"

@@ -11,6 +11,7 @@ import psycopg
 from litestar import Litestar, Request, Response
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
+from litestar.types import ASGIApp
 from psycopg_pool import PoolTimeout
 
 from contentsvc.api import changes, corpora, health, openapi, receipts, records, search
@@ -185,7 +186,7 @@ async def _cursor_secret(url: str, settings: Settings) -> bytes:
             await wait_until_answering(url, settings.database, "api")
 
 
-def create_app(settings: Settings, database_url: str, public_base_url: str | None = None) -> Litestar:
+def create_app(settings: Settings, database_url: str, public_base_url: str | None = None) -> ASGIApp:
     """public_base_url: where clients reach this API (default: from the settings; `serve` passes
     the one for the address it was told to listen on)."""
     public_base_url = public_base_url or settings.public_base_url()
@@ -218,7 +219,7 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
                 task.cancel()
             await pool.close()
 
-    return Litestar(
+    app = Litestar(
         route_handlers=ROUTES,
         lifespan=[lifespan],
         state=State({"settings": settings}),
@@ -230,9 +231,11 @@ def create_app(settings: Settings, database_url: str, public_base_url: str | Non
             StorageUnavailable: _storage_error,
             Exception: _unexpected,
         },
-        middleware=[logging_middleware],
         openapi_config=None,
         logging_config=None,  # the process's logging (contentsvc.logging) renders litestar's records too
         request_max_body_size=MAX_BATCH_BYTES + 1,
         debug=False,
     )
+    # Around the whole application, not in its middleware list: litestar runs that list only for a
+    # matched route, so a path no route matches (404) or a method none takes (405) was never logged.
+    return logging_middleware(app)

@@ -26,17 +26,17 @@ class CannotListen(Exception):
     def __init__(self, host: str, port: int, reason: str, code: int | None = None,
                  settings: tuple[str, str] = SERVICE) -> None:
         self.host, self.port = host, port
-        if code == errno.EADDRINUSE:
-            self.event, hint = "port_in_use", "another process holds the port: stop it, or choose another port"
-        elif code == errno.EACCES:
-            self.event, hint = "port_not_permitted", "this user may not listen on that port: choose another port"
-        else:  # an unknown name, or an address that is not this machine's
-            self.event, hint = "host_not_local", "not an address of this machine: choose one"
         host_setting, port_setting = settings
-        if self.event == "host_not_local":
-            hint += f" with {host_setting} (127.0.0.1, 0.0.0.0, or one of its interfaces)"
-        else:
-            hint += f" with {port_setting}"
+        if code == errno.EADDRINUSE:
+            self.event = "port_in_use"
+            hint = f"another process holds the port: stop it, or choose another port with {port_setting}"
+        elif code == errno.EACCES:
+            self.event = "port_not_permitted"
+            hint = f"this user may not listen on that port: choose another port with {port_setting}"
+        else:  # an unknown name, or an address that is not this machine's
+            self.event = "host_not_local"
+            hint = f"not an address of this machine: choose one with {host_setting} (127.0.0.1, 0.0.0.0, or one " \
+                   "of its interfaces)"
         super().__init__(f"cannot listen on {host}:{port}: {reason} ({hint})")
 
 

@@ -131,8 +131,6 @@ def run_all(database_url: str, host: str, port: int, config_file: Path | None = 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
 
-    # A launched plugin that cannot bind (EXIT_BUSY too) is retried with backoff like any child: the
-    # service runs on without it (its Receipts wait, plugin_unavailable) and its log line names the port.
     api_name = next(supervisor_label(kind) for kind in PROCESSES if kind.role == API)
     children: dict[str, subprocess.Popen | None] = {name: _spawn(args, envs[name]) for name, args in specs.items()}
     restarts = {name: 0 for name in specs}
@@ -167,7 +165,9 @@ def run_all(database_url: str, host: str, port: int, config_file: Path | None = 
             if code is None:
                 continue
             children[name] = None
-            if code == EXIT_BUSY and name == api_name:  # the API could not bind: restarting would fail the same way
+            # The API could not bind: restarting would fail the same way. A launched plugin that cannot
+            # (EXIT_BUSY too) is restarted with backoff like any child; the service runs on without it.
+            if code == EXIT_BUSY and name == api_name:
                 log.error("child_cannot_listen", child=name, code=code, host=host, port=port,
                           message=f"the API cannot listen on {host}:{port}; stopping")
                 stopping["signal"] = "child_cannot_listen"
